@@ -1,0 +1,87 @@
+// The engine: admission, KV pages, chunked prefill and continuous-batching decode over one or two
+// ModelRunners, on a worker thread. `tandem run` and `tandemd` both drive it; nothing above this
+// header knows which devices run the stages.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "engine/events.h"
+#include "sampling/sampling_params.h"
+
+namespace tandem {
+
+class Tokenizer;
+class ChatTemplate;
+struct ModelConfig;
+struct GenerationDefaults;
+
+struct EngineOptions {
+  std::string model_dir;
+  std::string draft_dir;             // empty = no speculative decoding
+  std::string prefill_device = "cpu";
+  std::string decode_device = "cpu";
+  int32_t page_size = 16;
+  int32_t kv_pages = 0;              // per pool; 0 = size from memory
+  double gpu_memory_utilization = 0.90;
+  int32_t max_num_seqs = 64;         // running sequences on the decode stage
+  int32_t max_num_batched_tokens = 2048;  // per engine step (prefill chunk budget)
+  int32_t prefill_chunk = 512;       // tokens per prefill chunk of one prompt
+  int32_t max_model_len = 0;         // 0 = the model's max_position_embeddings
+  int32_t max_queue = 1024;          // waiting requests before kOverloaded
+  int32_t threads = 0;               // CPU runner threads; 0 = all cores
+};
+
+struct GenerateInput {
+  std::vector<int32_t> prompt_ids;
+  SamplingParams sampling;
+};
+
+struct PoolStatus {
+  std::string name;    // "target", "draft"
+  std::string device;
+  int32_t page_size = 0;
+  int32_t total_pages = 0;
+  int32_t used_pages = 0;
+  int64_t page_bytes = 0;
+};
+
+struct EngineStatus {
+  int32_t running = 0;
+  int32_t waiting = 0;
+  int64_t finished = 0;
+  std::vector<PoolStatus> pools;
+};
+
+class Engine {
+ public:
+  // Loads models, tokenizer and chat template, builds runners, starts nothing yet.
+  static Result<std::unique_ptr<Engine>> create(const EngineOptions& options);
+  virtual ~Engine() = default;
+
+  // Starts the worker thread. Requests submitted before start() wait.
+  virtual void start() = 0;
+  // Stops taking work; requests still running after `drain_ms` finish with kAbort; joins.
+  virtual void stop(double drain_ms) = 0;
+
+  // Thread-safe. Validates (prompt length, sampling ranges, queue space) and queues; a rejected
+  // request gets the Error here and no events. The observer must live until on_finished.
+  virtual Status submit(uint64_t request_id, GenerateInput input, EngineObserver* observer) = 0;
+  // Thread-safe; an unknown or finished id is ignored. The request finishes with kAbort and its
+  // pages are freed wherever it was (queued, prefilling, decoding).
+  virtual void cancel(uint64_t request_id) = 0;
+  virtual EngineStatus status() const = 0;
+  // Runs until every submitted request finished; for `tandem run` and tests without start().
+  virtual void run_until_idle() = 0;
+
+  virtual const Tokenizer& tokenizer() const = 0;
+  virtual const ChatTemplate* chat_template() const = 0;  // null when the model has none
+  virtual const ModelConfig& model_config() const = 0;
+  virtual const GenerationDefaults& generation_defaults() const = 0;
+};
+
+}  // namespace tandem

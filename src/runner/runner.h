@@ -1,0 +1,97 @@
+// A model runner computes one model on one device: the CPU reference runner (the oracle) or the
+// CUDA runner. The pipeline (scheduler, stages, speculative loop) talks only to this interface,
+// so every backend runs the same code path above it.
+//
+// Plan on the host, run on the device: the caller builds a ForwardBatch (tokens, positions,
+// per-sequence block tables) and the runner executes it. KV storage lives in the runner, indexed
+// by page ids the caller allocated from a PagePool of num_pages() pages.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "model/config.h"
+#include "sampling/sampler.h"
+
+namespace tandem {
+
+struct ModelDir;
+
+// One sequence's slice of a batch. Its query tokens are tokens[q_start, q_start + q_len) at
+// positions [context_len - q_len, context_len): a prefill chunk, one decode token, or k+1
+// speculative positions. KV for all context_len tokens is (after this step) in its pages.
+struct SeqSlice {
+  int32_t q_start = 0;
+  int32_t q_len = 0;
+  int32_t context_len = 0;
+  std::span<const int32_t> pages;  // [ceil(context_len / page_size)] page ids, token order
+};
+
+struct ForwardBatch {
+  std::span<const int32_t> tokens;      // [num_tokens] ids, sequences back to back
+  std::span<const SeqSlice> seqs;       // [num_seqs]
+  std::span<const int32_t> logit_rows;  // [num_logits] rows of `tokens` whose logits are wanted
+};
+
+// One row of logits to sample, after forward(): which row, with what settings.
+struct SampleRequest {
+  int32_t logit_index = 0;  // index into the forward's logit_rows
+  const ResolvedSampling* params = nullptr;
+  TokenHistory history;
+  std::span<const int32_t> suppress;  // ids banned this step (eos/stop before min_tokens)
+  SamplingRng* rng = nullptr;  // advanced by the draw
+};
+
+struct RunnerOptions {
+  std::string device = "cpu";  // "cpu" or "cuda:N"
+  int32_t page_size = 16;
+  int32_t num_pages = 0;  // 0 = size from memory (gpu_memory_utilization)
+  double gpu_memory_utilization = 0.90;
+  int32_t max_batch_tokens = 2048;  // largest ForwardBatch the runner must accept
+  int32_t max_seqs = 256;
+  int32_t threads = 0;  // CPU runner: 0 = hardware concurrency
+};
+
+// Where a runner's memory went; `tandem status` prints it.
+struct MemoryPlan {
+  int64_t weights_bytes = 0;
+  int64_t kv_bytes = 0;
+  int64_t activation_bytes = 0;
+  int64_t workspace_bytes = 0;
+  int64_t graph_bytes = 0;
+  int64_t device_total_bytes = 0;
+  int64_t device_free_bytes = 0;
+};
+
+class ModelRunner {
+ public:
+  virtual ~ModelRunner() = default;
+
+  virtual const ModelConfig& config() const = 0;
+  virtual std::string device() const = 0;
+  virtual int32_t page_size() const = 0;
+  virtual int32_t num_pages() const = 0;
+  // Tokens the sampler may produce: min(model rows, tokenizer vocabulary); set by the engine.
+  virtual void set_valid_vocab(int32_t valid_vocab) = 0;
+  virtual MemoryPlan memory_plan() const = 0;
+
+  // Runs the model over the batch, writing K/V of every query token into its pages, and keeps
+  // the logits of logit_rows for sample() / copy_logits().
+  virtual void forward(const ForwardBatch& batch) = 0;
+  // Samples one token per request from the last forward's logits.
+  virtual void sample(std::span<const SampleRequest> requests, std::span<int32_t> out_tokens) = 0;
+  // fp32 logits of the last forward: [num_logits, config().vocab_size]. For tests and
+  // speculative verification on the CPU; the CUDA runner copies them to the host.
+  virtual void copy_logits(std::span<float> out) = 0;
+};
+
+// Rejects unknown devices and builds without CUDA with a clear kUnsupported error.
+Result<std::unique_ptr<ModelRunner>> make_runner(const ModelDir& model, const RunnerOptions& opts);
+Result<std::unique_ptr<ModelRunner>> make_cpu_runner(const ModelDir& model,
+                                                     const RunnerOptions& opts);
+
+}  // namespace tandem
