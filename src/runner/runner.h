@@ -93,5 +93,8 @@ class ModelRunner {
 Result<std::unique_ptr<ModelRunner>> make_runner(const ModelDir& model, const RunnerOptions& opts);
 Result<std::unique_ptr<ModelRunner>> make_cpu_runner(const ModelDir& model,
                                                      const RunnerOptions& opts);
+// Defined in src/runner/cuda/ (built only with CUDA); make_runner calls it for "cuda:N".
+Result<std::unique_ptr<ModelRunner>> make_cuda_runner(const ModelDir& model,
+                                                      const RunnerOptions& opts);
 
 }  // namespace tandem
