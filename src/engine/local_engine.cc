@@ -1,0 +1,325 @@
+#include "engine/local_engine.h"
+
+#include <algorithm>
+#include <random>
+
+#include "core/check.h"
+
+namespace tandem {
+
+LocalEngine::LocalEngine(const EngineOptions& options, ModelDir model, Tokenizer tokenizer,
+                         std::optional<ChatTemplate> chat_template,
+                         std::unique_ptr<ModelRunner> runner)
+    : options_(options),
+      model_(std::move(model)),
+      tokenizer_(std::move(tokenizer)),
+      chat_template_(std::move(chat_template)),
+      runner_(std::move(runner)),
+      pool_(runner_->num_pages()),
+      scheduler_(SchedulerConfig{options.max_num_seqs, options.max_num_batched_tokens,
+                                 options.prefill_chunk, runner_->page_size()}) {
+  max_model_len_ = options.max_model_len > 0
+                       ? options.max_model_len
+                       : int32_t(std::min<int64_t>(model_.config.max_position_embeddings,
+                                                   INT32_MAX));
+  valid_vocab_ = int32_t(std::min<int64_t>(model_.config.vocab_size, tokenizer_.vocab_size()));
+  runner_->set_valid_vocab(valid_vocab_);
+}
+
+LocalEngine::~LocalEngine() { stop(0); }
+
+Status LocalEngine::submit(uint64_t request_id, GenerateInput input, EngineObserver* observer) {
+  TANDEM_CHECK(observer != nullptr);
+  const int64_t prompt_len = int64_t(input.prompt_ids.size());
+  if (prompt_len == 0) return make_error(ErrorCode::kInvalidArgument, "the prompt is empty");
+  for (int32_t id : input.prompt_ids) {
+    if (id < 0 || id >= model_.config.vocab_size) {
+      return make_error(ErrorCode::kInvalidArgument,
+                        "prompt token id " + std::to_string(id) +
+                            " is outside the model's vocabulary of " +
+                            std::to_string(model_.config.vocab_size));
+    }
+  }
+  TANDEM_ASSIGN_OR_RETURN(ResolvedSampling params,
+                          resolve_sampling(input.sampling, model_.generation,
+                                           model_.config.eos_token_ids));
+  if (prompt_len + params.max_tokens > max_model_len_) {
+    return make_error(ErrorCode::kPromptTooLong,
+                      "This model's maximum context length is " + std::to_string(max_model_len_) +
+                          " tokens. However, you requested " +
+                          std::to_string(prompt_len + params.max_tokens) + " tokens (" +
+                          std::to_string(prompt_len) + " in the prompt, " +
+                          std::to_string(params.max_tokens) +
+                          " for the completion). Please reduce the prompt or max_tokens.");
+  }
+  const int32_t need = pages_for_tokens(prompt_len + params.max_tokens, runner_->page_size());
+  if (need > pool_.num_pages()) {
+    return make_error(ErrorCode::kOutOfPages,
+                      "the request needs " + std::to_string(need) + " KV pages but the pool has " +
+                          std::to_string(pool_.num_pages()) + " in all (--kv-pages)");
+  }
+
+  auto seq = std::make_unique<Sequence>();
+  seq->id = request_id;
+  seq->observer = observer;
+  seq->tokens = std::move(input.prompt_ids);
+  seq->prompt_len = int32_t(prompt_len);
+  seq->params = std::move(params);
+  seq->rng.seed = seq->params.has_seed ? seq->params.seed
+                                       : (uint64_t(std::random_device{}()) << 32) |
+                                             std::random_device{}();
+  seq->detok = std::make_unique<IncrementalDetokenizer>(tokenizer_,
+                                                        seq->params.skip_special_tokens);
+  seq->stop = std::make_unique<StopChecker>(seq->params);
+  seq->arrival = Clock::now();
+
+  std::lock_guard lock(mu_);
+  if (stopping_) return make_error(ErrorCode::kOverloaded, "the server is shutting down");
+  if (live_ids_.count(request_id)) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "request id " + std::to_string(request_id) + " is already in flight");
+  }
+  if (int32_t(inbox_.size()) + waiting_count_.load() >= options_.max_queue) {
+    return make_error(ErrorCode::kOverloaded,
+                      "the request queue is full (" + std::to_string(options_.max_queue) +
+                          " waiting); try again later");
+  }
+  live_ids_.insert(request_id);
+  inbox_.push_back(std::move(seq));
+  cv_.notify_one();
+  return Status::Ok();
+}
+
+void LocalEngine::cancel(uint64_t request_id) {
+  std::lock_guard lock(mu_);
+  if (!live_ids_.count(request_id)) return;
+  cancels_.insert(request_id);
+  cv_.notify_one();
+}
+
+EngineStatus LocalEngine::status() const {
+  EngineStatus s;
+  s.running = running_count_.load();
+  s.waiting = waiting_count_.load();
+  {
+    std::lock_guard lock(mu_);
+    s.waiting += int32_t(inbox_.size());
+  }
+  s.finished = finished_count_.load();
+  PoolStatus pool;
+  pool.name = "target";
+  pool.device = runner_->device();
+  pool.page_size = runner_->page_size();
+  pool.total_pages = runner_->num_pages();
+  pool.used_pages = used_pages_.load();
+  const ModelConfig& c = model_.config;
+  pool.page_bytes = runner_->memory_plan().kv_bytes / std::max<int32_t>(1, runner_->num_pages());
+  (void)c;
+  s.pools.push_back(pool);
+  return s;
+}
+
+void LocalEngine::take_inbox() {
+  std::deque<std::unique_ptr<Sequence>> incoming;
+  std::unordered_set<uint64_t> cancels;
+  {
+    std::lock_guard lock(mu_);
+    incoming.swap(inbox_);
+    cancels.swap(cancels_);
+  }
+  for (auto& seq : incoming) {
+    seq->arrival_order = next_arrival_++;
+    waiting_.push_back(seq.get());
+    const uint64_t id = seq->id;
+    seqs_.emplace(id, std::move(seq));
+  }
+  for (uint64_t id : cancels) {
+    auto it = seqs_.find(id);
+    if (it != seqs_.end()) finish(it->second.get(), FinishReason::kAbort, std::nullopt);
+  }
+}
+
+void LocalEngine::finish(Sequence* seq, FinishReason reason, std::optional<Error> error) {
+  seq->pages.release_all(pool_);
+  running_.erase(std::remove(running_.begin(), running_.end(), seq), running_.end());
+  waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), seq), waiting_.end());
+
+  const auto now = Clock::now();
+  FinishEvent ev;
+  ev.request_id = seq->id;
+  ev.reason = reason;
+  ev.error = std::move(error);
+  ev.usage.prompt_tokens = seq->prompt_len;
+  ev.usage.completion_tokens = seq->output_len();
+  RequestTimings& t = ev.timings;
+  t.queue_ms = seq->first_scheduled ? ms_between(seq->arrival, *seq->first_scheduled) : 0;
+  t.prefill_ms = (seq->first_scheduled && seq->prefill_done)
+                     ? ms_between(*seq->first_scheduled, *seq->prefill_done)
+                     : 0;
+  t.ttft_ms = seq->first_token ? ms_between(seq->arrival, *seq->first_token) : 0;
+  t.decode_ms = seq->first_token ? ms_between(*seq->first_token, now) : 0;
+  t.tpot_ms = seq->output_len() > 1 ? t.decode_ms / double(seq->output_len() - 1) : 0;
+  t.e2e_ms = ms_between(seq->arrival, now);
+  t.prefill_chunks = seq->prefill_chunks;
+  t.decode_steps = seq->decode_steps;
+  if (reason != FinishReason::kError) ev.text_tail = seq->stop->flush(seq->detok->flush());
+
+  EngineObserver* observer = seq->observer;
+  const uint64_t id = seq->id;
+  seqs_.erase(id);  // seq is gone from here on
+  {
+    std::lock_guard lock(mu_);
+    live_ids_.erase(id);
+    cancels_.erase(id);
+  }
+  finished_count_.fetch_add(1);
+  publish_counts();
+  observer->on_finished(std::move(ev));
+}
+
+void LocalEngine::publish_counts() {
+  running_count_.store(int32_t(running_.size()));
+  waiting_count_.store(int32_t(waiting_.size()));
+  used_pages_.store(pool_.used_pages());
+}
+
+bool LocalEngine::step() {
+  take_inbox();
+  SchedulePlan plan = scheduler_.schedule(waiting_, running_, pool_);
+  for (Sequence* seq : plan.preempted) seq->preemptions++;
+  if (plan.batch.empty()) {
+    publish_counts();
+    return false;
+  }
+
+  // Plan: the batch's tokens back to back, one slice per sequence, a logit row for each
+  // sequence whose computed tokens catch up with its token list (it samples this step).
+  std::vector<int32_t> tokens;     // [num_tokens]
+  std::vector<SeqSlice> slices;    // [num_seqs]
+  std::vector<int32_t> logit_rows; // [num_samples]
+  std::vector<Sequence*> sampling; // [num_samples]
+  const auto now = Clock::now();
+  for (const ScheduledSeq& s : plan.batch) {
+    Sequence& seq = *s.seq;
+    if (!seq.first_scheduled) seq.first_scheduled = now;
+    SeqSlice slice;
+    slice.q_start = int32_t(tokens.size());
+    slice.q_len = s.num_tokens;
+    slice.context_len = int32_t(seq.num_computed + s.num_tokens);
+    slice.pages = seq.pages.pages;
+    tokens.insert(tokens.end(), seq.tokens.begin() + seq.num_computed,
+                  seq.tokens.begin() + seq.num_computed + s.num_tokens);
+    if (seq.num_computed + s.num_tokens == int64_t(seq.tokens.size())) {
+      logit_rows.push_back(slice.q_start + slice.q_len - 1);
+      sampling.push_back(&seq);
+    }
+    if (seq.in_prefill()) seq.prefill_chunks++;
+    slices.push_back(slice);
+  }
+  ForwardBatch batch{tokens, slices, logit_rows};
+  runner_->forward(batch);
+
+  // Sample: eos and stop ids are banned until min_tokens outputs exist.
+  std::vector<std::vector<int32_t>> suppress(sampling.size());
+  std::vector<SampleRequest> requests(sampling.size());
+  for (size_t i = 0; i < sampling.size(); ++i) {
+    Sequence& seq = *sampling[i];
+    if (seq.output_len() < seq.params.min_tokens) {
+      suppress[i] = seq.params.eos_token_ids;
+      suppress[i].insert(suppress[i].end(), seq.params.stop_token_ids.begin(),
+                         seq.params.stop_token_ids.end());
+    }
+    requests[i] = SampleRequest{int32_t(i), &seq.params, TokenHistory{seq.prompt(), seq.output()},
+                                suppress[i], &seq.rng};
+  }
+  std::vector<int32_t> sampled(sampling.size());
+  runner_->sample(requests, sampled);
+
+  for (const ScheduledSeq& s : plan.batch) {
+    s.seq->num_computed += s.num_tokens;
+    s.seq->pages.num_tokens = s.seq->num_computed;
+  }
+  const auto after = Clock::now();
+  for (size_t i = 0; i < sampling.size(); ++i) {
+    Sequence& seq = *sampling[i];
+    const int32_t token = sampled[i];
+    if (!seq.prefill_done) seq.prefill_done = after;
+    if (!seq.first_token) seq.first_token = after;
+    if (seq.output_len() > 0) seq.decode_steps++;
+    seq.tokens.push_back(token);
+    const std::string piece = seq.detok->push(token);
+    StopChecker::Verdict verdict = seq.stop->push(token, piece, seq.output_len());
+    TokenEvent ev{seq.id, {token}, std::move(verdict.text)};
+    seq.observer->on_tokens(std::move(ev));
+    if (verdict.finished) finish(&seq, *verdict.finished, std::nullopt);
+  }
+  publish_counts();
+  return true;
+}
+
+void LocalEngine::run_until_idle() {
+  while (true) {
+    const bool did = step();
+    if (!did) {
+      std::lock_guard lock(mu_);
+      if (inbox_.empty() && cancels_.empty() && seqs_.empty()) return;
+    }
+  }
+}
+
+bool LocalEngine::idle_locked() const {
+  return inbox_.empty() && cancels_.empty() && running_count_.load() == 0 &&
+         waiting_count_.load() == 0;
+}
+
+void LocalEngine::worker_loop() {
+  while (true) {
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return stopping_ || !inbox_.empty() || !cancels_.empty() ||
+                                  !seqs_.empty(); });
+      if (stopping_ && seqs_.empty() && inbox_.empty()) return;
+    }
+    step();
+  }
+}
+
+void LocalEngine::start() {
+  std::lock_guard lock(mu_);
+  if (started_) return;
+  started_ = true;
+  worker_ = std::thread([this] { worker_loop(); });
+}
+
+void LocalEngine::abort_all() {
+  std::vector<uint64_t> ids;
+  {
+    std::lock_guard lock(mu_);
+    ids.assign(live_ids_.begin(), live_ids_.end());
+  }
+  for (uint64_t id : ids) cancel(id);
+}
+
+void LocalEngine::stop(double drain_ms) {
+  {
+    std::lock_guard lock(mu_);
+    if (!started_ || stopping_) {
+      stopping_ = true;
+      return;
+    }
+    stopping_ = true;
+  }
+  const auto deadline = Clock::now() + std::chrono::duration<double, std::milli>(drain_ms);
+  while (Clock::now() < deadline) {
+    {
+      std::lock_guard lock(mu_);
+      if (live_ids_.empty()) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  abort_all();
+  cv_.notify_all();
+  worker_.join();
+}
+
+}  // namespace tandem

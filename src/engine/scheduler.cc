@@ -1,0 +1,78 @@
+#include "engine/scheduler.h"
+
+#include <algorithm>
+
+namespace tandem {
+
+namespace {
+
+void requeue(std::deque<Sequence*>& waiting, Sequence* seq) {
+  auto pos = std::find_if(waiting.begin(), waiting.end(), [&](const Sequence* w) {
+    return w->arrival_order > seq->arrival_order;
+  });
+  waiting.insert(pos, seq);
+}
+
+}  // namespace
+
+int32_t FcfsScheduler::tokens_for(const Sequence& seq, int32_t budget) const {
+  int64_t n = std::min<int64_t>(seq.pending(), budget);
+  if (seq.in_prefill()) n = std::min<int64_t>(n, config_.prefill_chunk);
+  return int32_t(n);
+}
+
+SchedulePlan FcfsScheduler::schedule(std::deque<Sequence*>& waiting,
+                                     std::vector<Sequence*>& running, PagePool& pool) {
+  SchedulePlan plan;
+  int32_t budget = config_.max_num_batched_tokens;
+
+  // Running sequences first (decode tokens and continuing prefill chunks), oldest first.
+  std::vector<Sequence*> kept;
+  kept.reserve(running.size());
+  size_t next = 0;
+  while (next < running.size()) {
+    Sequence* seq = running[next++];
+    const int32_t n = tokens_for(*seq, budget);
+    if (n == 0) {  // budget spent: stays running, runs next step
+      kept.push_back(seq);
+      continue;
+    }
+    bool fits = seq->pages.reserve(pool, seq->num_computed + n, config_.page_size);
+    // Out of pages: preempt the youngest running sequence not yet scheduled this step.
+    while (!fits && next < running.size()) {
+      Sequence* victim = running.back();
+      running.pop_back();
+      victim->pages.release_all(pool);
+      victim->num_computed = 0;
+      plan.preempted.push_back(victim);
+      fits = seq->pages.reserve(pool, seq->num_computed + n, config_.page_size);
+    }
+    if (!fits) {  // nothing younger to take from: this one waits for pages instead
+      seq->pages.release_all(pool);
+      seq->num_computed = 0;
+      plan.preempted.push_back(seq);
+      continue;
+    }
+    plan.batch.push_back({seq, n});
+    kept.push_back(seq);
+    budget -= n;
+  }
+  running = std::move(kept);
+  for (Sequence* seq : plan.preempted) requeue(waiting, seq);
+
+  // Then admit waiting sequences in order while there is budget, room and pages (no skipping:
+  // a large prompt at the head is not starved by small ones behind it).
+  while (!waiting.empty() && budget > 0 &&
+         int32_t(running.size()) < config_.max_num_seqs) {
+    Sequence* seq = waiting.front();
+    const int32_t n = tokens_for(*seq, budget);
+    if (!seq->pages.reserve(pool, seq->num_computed + n, config_.page_size)) break;
+    waiting.pop_front();
+    running.push_back(seq);
+    plan.batch.push_back({seq, n});
+    budget -= n;
+  }
+  return plan;
+}
+
+}  // namespace tandem

@@ -1,0 +1,48 @@
+// Which sequences run in the next step, and how many of their tokens. The policy (FCFS with a
+// token budget, decode before prefill, preempt the youngest when pages run out) is this small
+// object; page accounting is PagePool's. Swap the policy without touching the engine loop.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <vector>
+
+#include "engine/sequence.h"
+#include "kv/page_pool.h"
+
+namespace tandem {
+
+struct SchedulerConfig {
+  int32_t max_num_seqs = 64;
+  int32_t max_num_batched_tokens = 2048;
+  int32_t prefill_chunk = 512;
+  int32_t page_size = 16;
+};
+
+struct ScheduledSeq {
+  Sequence* seq = nullptr;
+  int32_t num_tokens = 0;  // tokens [seq->num_computed, + num_tokens) run this step
+};
+
+struct SchedulePlan {
+  std::vector<ScheduledSeq> batch;
+  std::vector<Sequence*> preempted;  // pages released; moved back to `waiting`
+};
+
+class FcfsScheduler {
+ public:
+  explicit FcfsScheduler(SchedulerConfig config) : config_(config) {}
+  const SchedulerConfig& config() const { return config_; }
+
+  // running: sequences holding pages, oldest first. waiting: FCFS queue. Reserves the pages of
+  // everything it schedules; moves admitted sequences from waiting to running and preempted
+  // ones back into waiting (in arrival order, so they resume first).
+  SchedulePlan schedule(std::deque<Sequence*>& waiting, std::vector<Sequence*>& running,
+                        PagePool& pool);
+
+ private:
+  int32_t tokens_for(const Sequence& seq, int32_t budget) const;
+  SchedulerConfig config_;
+};
+
+}  // namespace tandem

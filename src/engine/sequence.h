@@ -1,0 +1,62 @@
+// One request's state inside the engine. vLLM v1's unifying idea: a sequence is a list of tokens
+// (prompt, then output) and a count of those whose K/V is computed; a step schedules some of the
+// rest. A new prompt, a chunk, a decode token and a resumed (preempted) request are all the same
+// move, so one scheduler and one batch builder serve them all.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/events.h"
+#include "kv/page_pool.h"
+#include "sampling/sampler.h"
+#include "sampling/sampling_params.h"
+#include "sampling/stop_checker.h"
+#include "tokenizer/tokenizer.h"
+
+namespace tandem {
+
+using Clock = std::chrono::steady_clock;
+
+inline double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+struct Sequence {
+  uint64_t id = 0;
+  EngineObserver* observer = nullptr;
+  int64_t arrival_order = 0;  // FCFS order; preempted sequences keep theirs
+
+  std::vector<int32_t> tokens;  // prompt then output
+  int32_t prompt_len = 0;
+  int64_t num_computed = 0;  // tokens whose K/V is in `pages`
+  BlockTable pages;
+
+  ResolvedSampling params;
+  SamplingRng rng;
+  std::unique_ptr<IncrementalDetokenizer> detok;
+  std::unique_ptr<StopChecker> stop;
+
+  int32_t preemptions = 0;
+  Clock::time_point arrival;
+  std::optional<Clock::time_point> first_scheduled;
+  std::optional<Clock::time_point> prefill_done;
+  std::optional<Clock::time_point> first_token;
+  int32_t prefill_chunks = 0;
+  int32_t decode_steps = 0;
+
+  int32_t output_len() const { return int32_t(tokens.size()) - prompt_len; }
+  std::span<const int32_t> prompt() const { return {tokens.data(), size_t(prompt_len)}; }
+  std::span<const int32_t> output() const {
+    return {tokens.data() + prompt_len, tokens.size() - size_t(prompt_len)};
+  }
+  // Tokens still to compute before the next sample.
+  int64_t pending() const { return int64_t(tokens.size()) - num_computed; }
+  bool in_prefill() const { return num_computed < prompt_len; }
+};
+
+}  // namespace tandem

@@ -1,0 +1,38 @@
+// Engine flags of the in-process commands (`run`, `bench`): model, devices, KV pool, batching.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include "engine/engine.h"
+
+namespace tandem::cli {
+
+struct EngineFlags {
+  EngineOptions options;
+  std::string device;  // --device sets both stages
+};
+
+inline void add_engine_flags(CLI::App* cmd, EngineFlags& f) {
+  cmd->add_option("--model", f.options.model_dir, "Hugging Face model directory")->required();
+  cmd->add_option("--draft", f.options.draft_dir, "Draft model directory (speculative decoding)");
+  cmd->add_option("--device", f.device, "cpu or cuda:N for both stages");
+  cmd->add_option("--prefill-device", f.options.prefill_device);
+  cmd->add_option("--decode-device", f.options.decode_device);
+  cmd->add_option("--kv-pages", f.options.kv_pages, "KV pages per pool (0 = size from memory)");
+  cmd->add_option("--page-size", f.options.page_size, "Tokens per KV page");
+  cmd->add_option("--gpu-memory-utilization", f.options.gpu_memory_utilization);
+  cmd->add_option("--max-num-seqs", f.options.max_num_seqs);
+  cmd->add_option("--max-num-batched-tokens", f.options.max_num_batched_tokens);
+  cmd->add_option("--prefill-chunk", f.options.prefill_chunk, "Prompt tokens per prefill chunk");
+  cmd->add_option("--max-model-len", f.options.max_model_len);
+  cmd->add_option("--threads", f.options.threads, "CPU runner threads (0 = all cores)");
+}
+
+// --device overrides both stage devices.
+inline EngineOptions engine_options(const EngineFlags& f) {
+  EngineOptions o = f.options;
+  if (!f.device.empty()) o.prefill_device = o.decode_device = f.device;
+  return o;
+}
+
+}  // namespace tandem::cli
