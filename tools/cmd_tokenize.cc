@@ -33,7 +33,8 @@ void register_tokenize(CLI::App& app, int& exit_code) {
       exit_code = 1;
     };
     if (text->count() + msgs->count() != 1) {
-      return fail(make_error(ErrorCode::kInvalidArgument, "give exactly one of --text, --messages"));
+      return fail(
+          make_error(ErrorCode::kInvalidArgument, "give exactly one of --text, --messages"));
     }
     auto tok = Tokenizer::load(f->model);
     if (!tok) return fail(tok.error());

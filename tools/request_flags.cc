@@ -6,15 +6,18 @@
 namespace tandem::cli {
 
 void add_request_flags(CLI::App* cmd, RequestFlags& f) {
-  auto* prompt = cmd->add_option("--prompt", f.prompt, "Prompt text (special tokens added as the tokenizer says)");
+  auto* prompt = cmd->add_option("--prompt", f.prompt,
+                                 "Prompt text (special tokens added as the tokenizer says)");
   auto* ids = cmd->add_option("--prompt-ids", f.prompt_ids, "Prompt as token ids: 1,2,3");
-  auto* msgs = cmd->add_option("--messages", f.messages_file,
-                               "JSON file with chat messages, rendered with the model's chat template");
+  auto* msgs =
+      cmd->add_option("--messages", f.messages_file,
+                      "JSON file with chat messages, rendered with the model's chat template");
   prompt->excludes(ids)->excludes(msgs);
   ids->excludes(msgs);
   cmd->add_flag("--no-generation-prompt", f.no_generation_prompt,
                 "With --messages: do not append the assistant turn header");
-  cmd->add_option("--max-tokens", f.max_tokens, "Tokens to generate at most")->check(CLI::PositiveNumber);
+  cmd->add_option("--max-tokens", f.max_tokens, "Tokens to generate at most")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--temperature", f.temperature, "0 = greedy");
   cmd->add_option("--top-p", f.top_p);
   cmd->add_option("--top-k", f.top_k, "-1 or 0 = off");
@@ -33,7 +36,8 @@ void add_request_flags(CLI::App* cmd, RequestFlags& f) {
 
 Result<PromptInput> prompt_input(const RequestFlags& f) {
   PromptInput in;
-  const int given = int(!f.prompt.empty()) + int(!f.prompt_ids.empty()) + int(!f.messages_file.empty());
+  const int given =
+      int(!f.prompt.empty()) + int(!f.prompt_ids.empty()) + int(!f.messages_file.empty());
   if (given != 1) {
     return make_error(ErrorCode::kInvalidArgument,
                       "give exactly one of --prompt, --prompt-ids, --messages");
@@ -64,7 +68,8 @@ Result<PromptInput> prompt_input(const RequestFlags& f) {
     }
     nlohmann::json doc = nlohmann::json::parse(file, nullptr, /*allow_exceptions=*/false);
     if (doc.is_discarded()) {
-      return make_error(ErrorCode::kInvalidArgument, "--messages: " + f.messages_file + " is not valid JSON");
+      return make_error(ErrorCode::kInvalidArgument,
+                        "--messages: " + f.messages_file + " is not valid JSON");
     }
     if (doc.is_object() && doc.contains("messages")) {
       for (auto& [k, v] : doc.items()) {
@@ -110,10 +115,14 @@ nlohmann::ordered_json result_json(const std::vector<int32_t>& token_ids, const 
   j["usage"] = {{"prompt_tokens", fin.usage.prompt_tokens},
                 {"completion_tokens", fin.usage.completion_tokens}};
   const RequestTimings& t = fin.timings;
-  j["timings"] = {{"ttft", t.ttft_ms},       {"tpot", t.tpot_ms},
-                  {"queue", t.queue_ms},     {"prefill", t.prefill_ms},
-                  {"kv_ship", t.kv_ship_ms}, {"decode", t.decode_ms},
-                  {"e2e", t.e2e_ms},         {"prefill_chunks", t.prefill_chunks},
+  j["timings"] = {{"ttft", t.ttft_ms},
+                  {"tpot", t.tpot_ms},
+                  {"queue", t.queue_ms},
+                  {"prefill", t.prefill_ms},
+                  {"kv_ship", t.kv_ship_ms},
+                  {"decode", t.decode_ms},
+                  {"e2e", t.e2e_ms},
+                  {"prefill_chunks", t.prefill_chunks},
                   {"decode_steps", t.decode_steps}};
   if (fin.spec) {
     j["spec"] = {{"proposed", fin.spec->proposed},

@@ -11,8 +11,8 @@ namespace tandem::detail {
     __attribute__((format(printf, 4, 5)));
 }  // namespace tandem::detail
 
-#define TANDEM_CHECK(cond, ...)                                                   \
-  do {                                                                            \
-    if (!(cond)) [[unlikely]]                                                     \
+#define TANDEM_CHECK(cond, ...)                                                             \
+  do {                                                                                      \
+    if (!(cond)) [[unlikely]]                                                               \
       ::tandem::detail::check_failed(__FILE__, __LINE__, #cond __VA_OPT__(, ) __VA_ARGS__); \
   } while (0)

@@ -6,24 +6,40 @@ namespace tandem {
 
 size_t dtype_size(DType t) {
   switch (t) {
-    case DType::kF32: case DType::kI32: return 4;
-    case DType::kF16: case DType::kBF16: return 2;
-    case DType::kI64: return 8;
-    case DType::kU8: case DType::kI8: case DType::kF8E4M3: return 1;
+    case DType::kF32:
+    case DType::kI32:
+      return 4;
+    case DType::kF16:
+    case DType::kBF16:
+      return 2;
+    case DType::kI64:
+      return 8;
+    case DType::kU8:
+    case DType::kI8:
+    case DType::kF8E4M3:
+      return 1;
   }
   return 0;
 }
 
 std::string_view dtype_name(DType t) {
   switch (t) {
-    case DType::kF32: return "F32";
-    case DType::kF16: return "F16";
-    case DType::kBF16: return "BF16";
-    case DType::kI32: return "I32";
-    case DType::kI64: return "I64";
-    case DType::kU8: return "U8";
-    case DType::kI8: return "I8";
-    case DType::kF8E4M3: return "F8_E4M3";
+    case DType::kF32:
+      return "F32";
+    case DType::kF16:
+      return "F16";
+    case DType::kBF16:
+      return "BF16";
+    case DType::kI32:
+      return "I32";
+    case DType::kI64:
+      return "I64";
+    case DType::kU8:
+      return "U8";
+    case DType::kI8:
+      return "I8";
+    case DType::kF8E4M3:
+      return "F8_E4M3";
   }
   return "?";
 }
@@ -53,7 +69,10 @@ float f16_to_f32(uint16_t h) {
       bits = sign;
     } else {  // subnormal: normalise
       int e = -1;
-      do { ++e; mant <<= 1; } while ((mant & 0x400u) == 0);
+      do {
+        ++e;
+        mant <<= 1;
+      } while ((mant & 0x400u) == 0);
       bits = sign | (uint32_t(127 - 15 - e) << 23) | ((mant & 0x3ffu) << 13);
     }
   } else if (exp == 31) {
@@ -68,9 +87,9 @@ uint16_t f32_to_f16(float f) {
   const uint32_t u = std::bit_cast<uint32_t>(f);
   const uint16_t sign = uint16_t((u >> 16) & 0x8000u);
   const uint32_t abs = u & 0x7fffffffu;
-  if (abs > 0x7f800000u) return uint16_t(sign | 0x7e00u);        // NaN
-  if (abs >= 0x477ff000u) return uint16_t(sign | 0x7c00u);       // overflow -> inf
-  if (abs < 0x38800000u) {                                       // subnormal or zero in f16
+  if (abs > 0x7f800000u) return uint16_t(sign | 0x7e00u);          // NaN
+  if (abs >= 0x477ff000u) return uint16_t(sign | 0x7c00u);         // overflow -> inf
+  if (abs < 0x38800000u) {                                         // subnormal or zero in f16
     const float scaled = std::bit_cast<float>(abs) * 16777216.0f;  // 2^24
     return uint16_t(sign | uint16_t(std::nearbyint(scaled)));
   }

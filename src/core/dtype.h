@@ -18,7 +18,9 @@ std::optional<DType> dtype_from_safetensors(std::string_view name);
 // torch_dtype in config.json: "bfloat16", "float16", "float32".
 std::optional<DType> dtype_from_torch(std::string_view name);
 
-inline float bf16_to_f32(uint16_t bits) { return std::bit_cast<float>(uint32_t(bits) << 16); }
+inline float bf16_to_f32(uint16_t bits) {
+  return std::bit_cast<float>(uint32_t(bits) << 16);
+}
 
 // Round to nearest even, as torch does; NaN stays NaN.
 inline uint16_t f32_to_bf16(float f) {

@@ -11,21 +11,21 @@
 namespace tandem {
 
 enum class ErrorCode {
-  kInvalidArgument,   // a request or flag value that can never work
-  kInvalidModel,      // a model directory that is broken or inconsistent
-  kUnsupported,       // valid input tandem does not run (yet): names the field
-  kNotFound,          // a file, tensor, request id that does not exist
-  kIo,                // the OS refused (open, mmap, read, write)
-  kTokenizer,         // tokenizer.json / tokenizer_config.json problems
-  kTemplate,          // chat template parse or render failure
-  kPromptTooLong,     // prompt + max_tokens over max_model_len
-  kOverloaded,        // queue full; try again later
-  kOutOfPages,        // KV pool cannot ever hold the request
-  kCancelled,         // the client cancelled or vanished
-  kTransport,         // KV shipping failed or timed out
-  kTimeout,           // a lease ran out
-  kProtocol,          // a malformed frame
-  kInternal,          // a bug; the message says where
+  kInvalidArgument,  // a request or flag value that can never work
+  kInvalidModel,     // a model directory that is broken or inconsistent
+  kUnsupported,      // valid input tandem does not run (yet): names the field
+  kNotFound,         // a file, tensor, request id that does not exist
+  kIo,               // the OS refused (open, mmap, read, write)
+  kTokenizer,        // tokenizer.json / tokenizer_config.json problems
+  kTemplate,         // chat template parse or render failure
+  kPromptTooLong,    // prompt + max_tokens over max_model_len
+  kOverloaded,       // queue full; try again later
+  kOutOfPages,       // KV pool cannot ever hold the request
+  kCancelled,        // the client cancelled or vanished
+  kTransport,        // KV shipping failed or timed out
+  kTimeout,          // a lease ran out
+  kProtocol,         // a malformed frame
+  kInternal,         // a bug; the message says where
 };
 
 std::string_view error_code_name(ErrorCode code);
@@ -45,7 +45,7 @@ inline Error make_error(ErrorCode code, std::string message) {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}  // NOLINT: implicit by design, like std::expected
+  Result(T value) : v_(std::move(value)) {}      // NOLINT: implicit by design, like std::expected
   Result(Error error) : v_(std::move(error)) {}  // NOLINT
 
   bool ok() const { return v_.index() == 0; }
@@ -85,17 +85,17 @@ class [[nodiscard]] Status {
 }  // namespace tandem
 
 // Propagate an Error out of a function returning Result<...> or Status.
-#define TANDEM_TRY(expr)                                    \
-  do {                                                      \
-    auto&& tandem_try_value_ = (expr);                      \
+#define TANDEM_TRY(expr)                                           \
+  do {                                                             \
+    auto&& tandem_try_value_ = (expr);                             \
     if (!tandem_try_value_.ok()) return tandem_try_value_.error(); \
   } while (0)
 
 #define TANDEM_CONCAT_INNER_(a, b) a##b
 #define TANDEM_CONCAT_(a, b) TANDEM_CONCAT_INNER_(a, b)
 // TANDEM_ASSIGN_OR_RETURN(auto x, f()); assigns the value or returns the Error.
-#define TANDEM_ASSIGN_OR_RETURN(lhs, expr)                                  \
-  auto TANDEM_CONCAT_(tandem_res_, __LINE__) = (expr);                      \
-  if (!TANDEM_CONCAT_(tandem_res_, __LINE__).ok())                          \
-    return std::move(TANDEM_CONCAT_(tandem_res_, __LINE__)).take_error();   \
+#define TANDEM_ASSIGN_OR_RETURN(lhs, expr)                                \
+  auto TANDEM_CONCAT_(tandem_res_, __LINE__) = (expr);                    \
+  if (!TANDEM_CONCAT_(tandem_res_, __LINE__).ok())                        \
+    return std::move(TANDEM_CONCAT_(tandem_res_, __LINE__)).take_error(); \
   lhs = std::move(TANDEM_CONCAT_(tandem_res_, __LINE__)).value()

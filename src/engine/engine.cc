@@ -6,10 +6,14 @@ namespace tandem {
 
 const char* finish_reason_name(FinishReason r) {
   switch (r) {
-    case FinishReason::kStop: return "stop";
-    case FinishReason::kLength: return "length";
-    case FinishReason::kAbort: return "abort";
-    case FinishReason::kError: return "error";
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kAbort:
+      return "abort";
+    case FinishReason::kError:
+      return "error";
   }
   return "unknown";
 }
@@ -21,8 +25,8 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
   }
   if (options.prefill_device != options.decode_device) {
     return make_error(ErrorCode::kUnsupported,
-                      "--prefill-device " + options.prefill_device + " differs from --decode-device " +
-                          options.decode_device +
+                      "--prefill-device " + options.prefill_device +
+                          " differs from --decode-device " + options.decode_device +
                           ": disaggregated stages are not available in this build yet; give "
                           "both the same device");
   }

@@ -22,18 +22,18 @@ struct GenerationDefaults;
 
 struct EngineOptions {
   std::string model_dir;
-  std::string draft_dir;             // empty = no speculative decoding
+  std::string draft_dir;  // empty = no speculative decoding
   std::string prefill_device = "cpu";
   std::string decode_device = "cpu";
   int32_t page_size = 16;
-  int32_t kv_pages = 0;              // per pool; 0 = size from memory
+  int32_t kv_pages = 0;  // per pool; 0 = size from memory
   double gpu_memory_utilization = 0.90;
-  int32_t max_num_seqs = 64;         // running sequences on the decode stage
+  int32_t max_num_seqs = 64;              // running sequences on the decode stage
   int32_t max_num_batched_tokens = 2048;  // per engine step (prefill chunk budget)
-  int32_t prefill_chunk = 512;       // tokens per prefill chunk of one prompt
-  int32_t max_model_len = 0;         // 0 = the model's max_position_embeddings
-  int32_t max_queue = 1024;          // waiting requests before kOverloaded
-  int32_t threads = 0;               // CPU runner threads; 0 = all cores
+  int32_t prefill_chunk = 512;            // tokens per prefill chunk of one prompt
+  int32_t max_model_len = 0;              // 0 = the model's max_position_embeddings
+  int32_t max_queue = 1024;               // waiting requests before kOverloaded
+  int32_t threads = 0;                    // CPU runner threads; 0 = all cores
 };
 
 struct GenerateInput {
@@ -42,7 +42,7 @@ struct GenerateInput {
 };
 
 struct PoolStatus {
-  std::string name;    // "target", "draft"
+  std::string name;  // "target", "draft"
   std::string device;
   int32_t page_size = 0;
   int32_t total_pages = 0;

@@ -22,13 +22,13 @@ struct Usage {
 
 // Milliseconds, measured with a monotonic clock from the request's arrival.
 struct RequestTimings {
-  double queue_ms = 0;        // arrival -> first prefill chunk starts
-  double prefill_ms = 0;      // first chunk start -> last chunk end (all chunks, both models)
-  double kv_ship_ms = 0;      // exposed KV transfer time after the last chunk
-  double ttft_ms = 0;         // arrival -> first token emitted
-  double decode_ms = 0;       // first token -> last token
-  double tpot_ms = 0;         // decode_ms / (completion_tokens - 1), 0 when < 2 tokens
-  double e2e_ms = 0;          // arrival -> finish
+  double queue_ms = 0;    // arrival -> first prefill chunk starts
+  double prefill_ms = 0;  // first chunk start -> last chunk end (all chunks, both models)
+  double kv_ship_ms = 0;  // exposed KV transfer time after the last chunk
+  double ttft_ms = 0;     // arrival -> first token emitted
+  double decode_ms = 0;   // first token -> last token
+  double tpot_ms = 0;     // decode_ms / (completion_tokens - 1), 0 when < 2 tokens
+  double e2e_ms = 0;      // arrival -> finish
   int32_t prefill_chunks = 0;
   int32_t decode_steps = 0;
 };

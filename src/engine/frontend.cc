@@ -35,9 +35,9 @@ Result<BuiltPrompt> build_prompt(const Tokenizer& tokenizer, const ChatTemplate*
       const int32_t vocab = tokenizer.vocab_size();
       for (int32_t id : input.token_ids) {
         if (id < 0 || id >= vocab) {
-          return make_error(ErrorCode::kInvalidArgument,
-                            "prompt token id " + std::to_string(id) + " is outside the vocabulary [0, " +
-                                std::to_string(vocab) + ")");
+          return make_error(ErrorCode::kInvalidArgument, "prompt token id " + std::to_string(id) +
+                                                             " is outside the vocabulary [0, " +
+                                                             std::to_string(vocab) + ")");
         }
       }
       out.ids = input.token_ids;

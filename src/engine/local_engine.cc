@@ -18,15 +18,17 @@ LocalEngine::LocalEngine(const EngineOptions& options, ModelDir model, Tokenizer
       pool_(runner_->num_pages()),
       scheduler_(SchedulerConfig{options.max_num_seqs, options.max_num_batched_tokens,
                                  options.prefill_chunk, runner_->page_size()}) {
-  max_model_len_ = options.max_model_len > 0
-                       ? options.max_model_len
-                       : int32_t(std::min<int64_t>(model_.config.max_position_embeddings,
-                                                   INT32_MAX));
+  max_model_len_ =
+      options.max_model_len > 0
+          ? options.max_model_len
+          : int32_t(std::min<int64_t>(model_.config.max_position_embeddings, INT32_MAX));
   valid_vocab_ = int32_t(std::min<int64_t>(model_.config.vocab_size, tokenizer_.vocab_size()));
   runner_->set_valid_vocab(valid_vocab_);
 }
 
-LocalEngine::~LocalEngine() { stop(0); }
+LocalEngine::~LocalEngine() {
+  stop(0);
+}
 
 Status LocalEngine::submit(uint64_t request_id, GenerateInput input, EngineObserver* observer) {
   TANDEM_CHECK(observer != nullptr);
@@ -34,15 +36,14 @@ Status LocalEngine::submit(uint64_t request_id, GenerateInput input, EngineObser
   if (prompt_len == 0) return make_error(ErrorCode::kInvalidArgument, "the prompt is empty");
   for (int32_t id : input.prompt_ids) {
     if (id < 0 || id >= model_.config.vocab_size) {
-      return make_error(ErrorCode::kInvalidArgument,
-                        "prompt token id " + std::to_string(id) +
-                            " is outside the model's vocabulary of " +
-                            std::to_string(model_.config.vocab_size));
+      return make_error(ErrorCode::kInvalidArgument, "prompt token id " + std::to_string(id) +
+                                                         " is outside the model's vocabulary of " +
+                                                         std::to_string(model_.config.vocab_size));
     }
   }
-  TANDEM_ASSIGN_OR_RETURN(ResolvedSampling params,
-                          resolve_sampling(input.sampling, model_.generation,
-                                           model_.config.eos_token_ids));
+  TANDEM_ASSIGN_OR_RETURN(
+      ResolvedSampling params,
+      resolve_sampling(input.sampling, model_.generation, model_.config.eos_token_ids));
   if (prompt_len + params.max_tokens > max_model_len_) {
     return make_error(ErrorCode::kPromptTooLong,
                       "This model's maximum context length is " + std::to_string(max_model_len_) +
@@ -65,11 +66,11 @@ Status LocalEngine::submit(uint64_t request_id, GenerateInput input, EngineObser
   seq->tokens = std::move(input.prompt_ids);
   seq->prompt_len = int32_t(prompt_len);
   seq->params = std::move(params);
-  seq->rng.seed = seq->params.has_seed ? seq->params.seed
-                                       : (uint64_t(std::random_device{}()) << 32) |
-                                             std::random_device{}();
-  seq->detok = std::make_unique<IncrementalDetokenizer>(tokenizer_,
-                                                        seq->params.skip_special_tokens);
+  seq->rng.seed = seq->params.has_seed
+                      ? seq->params.seed
+                      : (uint64_t(std::random_device{}()) << 32) | std::random_device{}();
+  seq->detok =
+      std::make_unique<IncrementalDetokenizer>(tokenizer_, seq->params.skip_special_tokens);
   seq->stop = std::make_unique<StopChecker>(seq->params);
   seq->arrival = Clock::now();
 
@@ -80,9 +81,9 @@ Status LocalEngine::submit(uint64_t request_id, GenerateInput input, EngineObser
                       "request id " + std::to_string(request_id) + " is already in flight");
   }
   if (int32_t(inbox_.size()) + waiting_count_.load() >= options_.max_queue) {
-    return make_error(ErrorCode::kOverloaded,
-                      "the request queue is full (" + std::to_string(options_.max_queue) +
-                          " waiting); try again later");
+    return make_error(ErrorCode::kOverloaded, "the request queue is full (" +
+                                                  std::to_string(options_.max_queue) +
+                                                  " waiting); try again later");
   }
   live_ids_.insert(request_id);
   inbox_.push_back(std::move(seq));
@@ -194,10 +195,10 @@ bool LocalEngine::step() {
 
   // Plan: the batch's tokens back to back, one slice per sequence, a logit row for each
   // sequence whose computed tokens catch up with its token list (it samples this step).
-  std::vector<int32_t> tokens;     // [num_tokens]
-  std::vector<SeqSlice> slices;    // [num_seqs]
-  std::vector<int32_t> logit_rows; // [num_samples]
-  std::vector<Sequence*> sampling; // [num_samples]
+  std::vector<int32_t> tokens;      // [num_tokens]
+  std::vector<SeqSlice> slices;     // [num_seqs]
+  std::vector<int32_t> logit_rows;  // [num_samples]
+  std::vector<Sequence*> sampling;  // [num_samples]
   const auto now = Clock::now();
   for (const ScheduledSeq& s : plan.batch) {
     Sequence& seq = *s.seq;
@@ -276,8 +277,8 @@ void LocalEngine::worker_loop() {
   while (true) {
     {
       std::unique_lock lock(mu_);
-      cv_.wait(lock, [&] { return stopping_ || !inbox_.empty() || !cancels_.empty() ||
-                                  !seqs_.empty(); });
+      cv_.wait(lock,
+               [&] { return stopping_ || !inbox_.empty() || !cancels_.empty() || !seqs_.empty(); });
       if (stopping_ && seqs_.empty() && inbox_.empty()) return;
     }
     step();

@@ -7,9 +7,8 @@ namespace tandem {
 namespace {
 
 void requeue(std::deque<Sequence*>& waiting, Sequence* seq) {
-  auto pos = std::find_if(waiting.begin(), waiting.end(), [&](const Sequence* w) {
-    return w->arrival_order > seq->arrival_order;
-  });
+  auto pos = std::find_if(waiting.begin(), waiting.end(),
+                          [&](const Sequence* w) { return w->arrival_order > seq->arrival_order; });
   waiting.insert(pos, seq);
 }
 
@@ -62,8 +61,7 @@ SchedulePlan FcfsScheduler::schedule(std::deque<Sequence*>& waiting,
 
   // Then admit waiting sequences in order while there is budget, room and pages (no skipping:
   // a large prompt at the head is not starved by small ones behind it).
-  while (!waiting.empty() && budget > 0 &&
-         int32_t(running.size()) < config_.max_num_seqs) {
+  while (!waiting.empty() && budget > 0 && int32_t(running.size()) < config_.max_num_seqs) {
     Sequence* seq = waiting.front();
     const int32_t n = tokens_for(*seq, budget);
     if (!seq->pages.reserve(pool, seq->num_computed + n, config_.page_size)) break;

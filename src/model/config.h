@@ -30,7 +30,7 @@ struct ModelConfig {
   int64_t num_layers = 0;
   int64_t num_heads = 0;
   int64_t num_kv_heads = 0;
-  int64_t head_dim = 0;  // hidden_size / num_heads unless config.json says otherwise
+  int64_t head_dim = 0;    // hidden_size / num_heads unless config.json says otherwise
   int64_t vocab_size = 0;  // rows of embed_tokens / lm_head (may exceed the tokenizer's)
   int64_t max_position_embeddings = 0;
   double rms_norm_eps = 1e-6;

@@ -30,8 +30,8 @@ struct LayerWeights {
 struct ModelWeights {
   const TensorView* embed_tokens;  // [vocab, hidden]
   std::vector<LayerWeights> layers;
-  const TensorView* final_norm;    // [hidden]
-  const TensorView* lm_head;       // [vocab, hidden]; == embed_tokens when tied
+  const TensorView* final_norm;  // [hidden]
+  const TensorView* lm_head;     // [vocab, hidden]; == embed_tokens when tied
 };
 
 struct ModelDir {

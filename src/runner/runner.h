@@ -43,7 +43,7 @@ struct SampleRequest {
   const ResolvedSampling* params = nullptr;
   TokenHistory history;
   std::span<const int32_t> suppress;  // ids banned this step (eos/stop before min_tokens)
-  SamplingRng* rng = nullptr;  // advanced by the draw
+  SamplingRng* rng = nullptr;         // advanced by the draw
 };
 
 struct RunnerOptions {

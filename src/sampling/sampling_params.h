@@ -25,7 +25,7 @@ struct SamplingParams {
   std::vector<int32_t> stop_token_ids;      // stop ids; the id is included in token_ids
   bool ignore_eos = false;
   int32_t max_tokens = 16;
-  int32_t min_tokens = 0;                   // eos / stop ids / stop strings ignored before this
+  int32_t min_tokens = 0;  // eos / stop ids / stop strings ignored before this
   bool skip_special_tokens = true;
 };
 

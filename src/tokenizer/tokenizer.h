@@ -21,7 +21,7 @@ struct TokenizerConfig {
   std::optional<std::string> pad_token;
   bool add_bos_token = false;  // prepend bos when encoding with special tokens
   bool add_eos_token = false;
-  std::string chat_template;  // empty when the model ships none
+  std::string chat_template;     // empty when the model ships none
   int64_t model_max_length = 0;  // 0 = unknown
 };
 
