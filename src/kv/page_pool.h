@@ -24,7 +24,7 @@ class PagePool {
   int32_t used_pages() const { return num_pages() - free_pages(); }
 
  private:
-  std::vector<int32_t> free_;  // stack of free ids; lowest ids handed out first
+  std::vector<int32_t> free_;  // stack of free ids (a fresh pool hands out 0, 1, 2, ...)
   std::vector<uint8_t> in_use_;
 };
 
