@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "kv/kv_pool_view.h"
 #include "model/config.h"
 #include "sampling/sampler.h"
 
@@ -87,6 +88,10 @@ class ModelRunner {
   // fp32 logits of the last forward: [num_logits, config().vocab_size]. For tests and
   // speculative verification on the CPU; the CUDA runner copies them to the host.
   virtual void copy_logits(std::span<float> out) = 0;
+
+  // The KV storage behind the page ids, for transports between stages. Pages are laid out so
+  // that one page of one layer's K (and V) is page_bytes contiguous bytes.
+  virtual KvPoolView kv_pool_view() = 0;
 };
 
 // Rejects unknown devices and builds without CUDA with a clear kUnsupported error.
