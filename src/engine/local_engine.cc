@@ -4,6 +4,7 @@
 #include <random>
 
 #include "core/check.h"
+#include "engine/step.h"
 
 namespace tandem {
 
@@ -145,26 +146,7 @@ void LocalEngine::finish(Sequence* seq, FinishReason reason, std::optional<Error
   running_.erase(std::remove(running_.begin(), running_.end(), seq), running_.end());
   waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), seq), waiting_.end());
 
-  const auto now = Clock::now();
-  FinishEvent ev;
-  ev.request_id = seq->id;
-  ev.reason = reason;
-  ev.error = std::move(error);
-  ev.usage.prompt_tokens = seq->prompt_len;
-  ev.usage.completion_tokens = seq->output_len();
-  RequestTimings& t = ev.timings;
-  t.queue_ms = seq->first_scheduled ? ms_between(seq->arrival, *seq->first_scheduled) : 0;
-  t.prefill_ms = (seq->first_scheduled && seq->prefill_done)
-                     ? ms_between(*seq->first_scheduled, *seq->prefill_done)
-                     : 0;
-  t.ttft_ms = seq->first_token ? ms_between(seq->arrival, *seq->first_token) : 0;
-  t.decode_ms = seq->first_token ? ms_between(*seq->first_token, now) : 0;
-  t.tpot_ms = seq->output_len() > 1 ? t.decode_ms / double(seq->output_len() - 1) : 0;
-  t.e2e_ms = ms_between(seq->arrival, now);
-  t.prefill_chunks = seq->prefill_chunks;
-  t.decode_steps = seq->decode_steps;
-  if (reason != FinishReason::kError) ev.text_tail = seq->stop->flush(seq->detok->flush());
-
+  FinishEvent ev = make_finish_event(*seq, reason, std::move(error), Clock::now());
   EngineObserver* observer = seq->observer;
   const uint64_t id = seq->id;
   seqs_.erase(id);  // seq is gone from here on
@@ -193,66 +175,14 @@ bool LocalEngine::step() {
     return false;
   }
 
-  // Plan: the batch's tokens back to back, one slice per sequence, a logit row for each
-  // sequence whose computed tokens catch up with its token list (it samples this step).
-  std::vector<int32_t> tokens;      // [num_tokens]
-  std::vector<SeqSlice> slices;     // [num_seqs]
-  std::vector<int32_t> logit_rows;  // [num_samples]
-  std::vector<Sequence*> sampling;  // [num_samples]
+  StepBatch batch = build_step_batch(plan.batch, &Sequence::pages, Clock::now());
+  runner_->forward(batch.view());
+  const std::vector<int32_t> sampled = sample_step(*runner_, batch);
+  commit_step(plan.batch, &Sequence::pages);
   const auto now = Clock::now();
-  for (const ScheduledSeq& s : plan.batch) {
-    Sequence& seq = *s.seq;
-    if (!seq.first_scheduled) seq.first_scheduled = now;
-    SeqSlice slice;
-    slice.q_start = int32_t(tokens.size());
-    slice.q_len = s.num_tokens;
-    slice.context_len = int32_t(seq.num_computed + s.num_tokens);
-    slice.pages = seq.pages.pages;
-    tokens.insert(tokens.end(), seq.tokens.begin() + seq.num_computed,
-                  seq.tokens.begin() + seq.num_computed + s.num_tokens);
-    if (seq.num_computed + s.num_tokens == int64_t(seq.tokens.size())) {
-      logit_rows.push_back(slice.q_start + slice.q_len - 1);
-      sampling.push_back(&seq);
-    }
-    if (seq.in_prefill()) seq.prefill_chunks++;
-    slices.push_back(slice);
-  }
-  ForwardBatch batch{tokens, slices, logit_rows};
-  runner_->forward(batch);
-
-  // Sample: eos and stop ids are banned until min_tokens outputs exist.
-  std::vector<std::vector<int32_t>> suppress(sampling.size());
-  std::vector<SampleRequest> requests(sampling.size());
-  for (size_t i = 0; i < sampling.size(); ++i) {
-    Sequence& seq = *sampling[i];
-    if (seq.output_len() < seq.params.min_tokens) {
-      suppress[i] = seq.params.eos_token_ids;
-      suppress[i].insert(suppress[i].end(), seq.params.stop_token_ids.begin(),
-                         seq.params.stop_token_ids.end());
-    }
-    requests[i] = SampleRequest{int32_t(i), &seq.params, TokenHistory{seq.prompt(), seq.output()},
-                                suppress[i], &seq.rng};
-  }
-  std::vector<int32_t> sampled(sampling.size());
-  runner_->sample(requests, sampled);
-
-  for (const ScheduledSeq& s : plan.batch) {
-    s.seq->num_computed += s.num_tokens;
-    s.seq->pages.num_tokens = s.seq->num_computed;
-  }
-  const auto after = Clock::now();
-  for (size_t i = 0; i < sampling.size(); ++i) {
-    Sequence& seq = *sampling[i];
-    const int32_t token = sampled[i];
-    if (!seq.prefill_done) seq.prefill_done = after;
-    if (!seq.first_token) seq.first_token = after;
-    if (seq.output_len() > 0) seq.decode_steps++;
-    seq.tokens.push_back(token);
-    const std::string piece = seq.detok->push(token);
-    StopChecker::Verdict verdict = seq.stop->push(token, piece, seq.output_len());
-    TokenEvent ev{seq.id, {token}, std::move(verdict.text)};
-    seq.observer->on_tokens(std::move(ev));
-    if (verdict.finished) finish(&seq, *verdict.finished, std::nullopt);
+  for (size_t i = 0; i < batch.sampling.size(); ++i) {
+    Sequence& seq = *batch.sampling[i];
+    if (auto reason = emit_token(seq, sampled[i], now)) finish(&seq, *reason, std::nullopt);
   }
   publish_counts();
   return true;

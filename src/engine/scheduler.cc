@@ -36,18 +36,18 @@ SchedulePlan FcfsScheduler::schedule(std::deque<Sequence*>& waiting,
       kept.push_back(seq);
       continue;
     }
-    bool fits = seq->pages.reserve(pool, seq->num_computed + n, config_.page_size);
+    bool fits = (seq->*table_).reserve(pool, seq->num_computed + n, config_.page_size);
     // Out of pages: preempt the youngest running sequence not yet scheduled this step.
     while (!fits && next < running.size()) {
       Sequence* victim = running.back();
       running.pop_back();
-      victim->pages.release_all(pool);
+      (victim->*table_).release_all(pool);
       victim->num_computed = 0;
       plan.preempted.push_back(victim);
-      fits = seq->pages.reserve(pool, seq->num_computed + n, config_.page_size);
+      fits = (seq->*table_).reserve(pool, seq->num_computed + n, config_.page_size);
     }
     if (!fits) {  // nothing younger to take from: this one waits for pages instead
-      seq->pages.release_all(pool);
+      (seq->*table_).release_all(pool);
       seq->num_computed = 0;
       plan.preempted.push_back(seq);
       continue;
@@ -64,7 +64,7 @@ SchedulePlan FcfsScheduler::schedule(std::deque<Sequence*>& waiting,
   while (!waiting.empty() && budget > 0 && int32_t(running.size()) < config_.max_num_seqs) {
     Sequence* seq = waiting.front();
     const int32_t n = tokens_for(*seq, budget);
-    if (!seq->pages.reserve(pool, seq->num_computed + n, config_.page_size)) break;
+    if (!(seq->*table_).reserve(pool, seq->num_computed + n, config_.page_size)) break;
     waiting.pop_front();
     running.push_back(seq);
     plan.batch.push_back({seq, n});

@@ -31,7 +31,10 @@ struct SchedulePlan {
 
 class FcfsScheduler {
  public:
-  explicit FcfsScheduler(SchedulerConfig config) : config_(config) {}
+  // `table`: the block table this scheduler's pool backs (Sequence::pages on the decode stage or
+  // one device, Sequence::prefill_pages on a separate prefill stage).
+  explicit FcfsScheduler(SchedulerConfig config, BlockTable Sequence::*table = &Sequence::pages)
+      : config_(config), table_(table) {}
   const SchedulerConfig& config() const { return config_; }
 
   // running: sequences holding pages, oldest first. waiting: FCFS queue. Reserves the pages of
@@ -43,6 +46,7 @@ class FcfsScheduler {
  private:
   int32_t tokens_for(const Sequence& seq, int32_t budget) const;
   SchedulerConfig config_;
+  BlockTable Sequence::*table_;
 };
 
 }  // namespace tandem

@@ -34,7 +34,8 @@ struct Sequence {
   std::vector<int32_t> tokens;  // prompt then output
   int32_t prompt_len = 0;
   int64_t num_computed = 0;  // tokens whose K/V is in `pages`
-  BlockTable pages;
+  BlockTable pages;          // in the decode stage's pool (the only pool on one device)
+  BlockTable prefill_pages;  // in the prefill stage's pool, while a two-stage prefill runs
 
   ResolvedSampling params;
   SamplingRng rng;
@@ -46,6 +47,7 @@ struct Sequence {
   std::optional<Clock::time_point> first_scheduled;
   std::optional<Clock::time_point> prefill_done;
   std::optional<Clock::time_point> first_token;
+  double kv_ship_exposed_ms = 0;  // KV transfer time not hidden behind prefill compute
   int32_t prefill_chunks = 0;
   int32_t decode_steps = 0;
 

@@ -1,0 +1,89 @@
+#include "engine/step.h"
+
+namespace tandem {
+
+StepBatch build_step_batch(std::span<const ScheduledSeq> scheduled, BlockTable Sequence::*table,
+                           Clock::time_point now) {
+  StepBatch b;
+  for (const ScheduledSeq& s : scheduled) {
+    Sequence& seq = *s.seq;
+    if (!seq.first_scheduled) seq.first_scheduled = now;
+    SeqSlice slice;
+    slice.q_start = int32_t(b.tokens.size());
+    slice.q_len = s.num_tokens;
+    slice.context_len = int32_t(seq.num_computed + s.num_tokens);
+    slice.pages = (seq.*table).pages;
+    b.tokens.insert(b.tokens.end(), seq.tokens.begin() + seq.num_computed,
+                    seq.tokens.begin() + seq.num_computed + s.num_tokens);
+    if (seq.num_computed + s.num_tokens == int64_t(seq.tokens.size())) {
+      b.logit_rows.push_back(slice.q_start + slice.q_len - 1);
+      b.sampling.push_back(&seq);
+    }
+    if (seq.in_prefill()) seq.prefill_chunks++;
+    b.slices.push_back(slice);
+  }
+  return b;
+}
+
+std::vector<int32_t> sample_step(ModelRunner& runner, const StepBatch& batch) {
+  const size_t n = batch.sampling.size();
+  std::vector<std::vector<int32_t>> suppress(n);
+  std::vector<SampleRequest> requests(n);
+  for (size_t i = 0; i < n; ++i) {
+    Sequence& seq = *batch.sampling[i];
+    if (seq.output_len() < seq.params.min_tokens) {
+      suppress[i] = seq.params.eos_token_ids;
+      suppress[i].insert(suppress[i].end(), seq.params.stop_token_ids.begin(),
+                         seq.params.stop_token_ids.end());
+    }
+    requests[i] = SampleRequest{int32_t(i), &seq.params, TokenHistory{seq.prompt(), seq.output()},
+                                suppress[i], &seq.rng};
+  }
+  std::vector<int32_t> sampled(n);
+  if (n > 0) runner.sample(requests, sampled);
+  return sampled;
+}
+
+void commit_step(std::span<const ScheduledSeq> scheduled, BlockTable Sequence::*table) {
+  for (const ScheduledSeq& s : scheduled) {
+    s.seq->num_computed += s.num_tokens;
+    (s.seq->*table).num_tokens = s.seq->num_computed;
+  }
+}
+
+std::optional<FinishReason> emit_token(Sequence& seq, int32_t token, Clock::time_point now) {
+  if (!seq.prefill_done) seq.prefill_done = now;
+  if (!seq.first_token) seq.first_token = now;
+  if (seq.output_len() > 0) seq.decode_steps++;
+  seq.tokens.push_back(token);
+  const std::string piece = seq.detok->push(token);
+  StopChecker::Verdict verdict = seq.stop->push(token, piece, seq.output_len());
+  seq.observer->on_tokens(TokenEvent{seq.id, {token}, std::move(verdict.text)});
+  return verdict.finished;
+}
+
+FinishEvent make_finish_event(Sequence& seq, FinishReason reason, std::optional<Error> error,
+                              Clock::time_point now) {
+  FinishEvent ev;
+  ev.request_id = seq.id;
+  ev.reason = reason;
+  ev.error = std::move(error);
+  ev.usage.prompt_tokens = seq.prompt_len;
+  ev.usage.completion_tokens = seq.output_len();
+  RequestTimings& t = ev.timings;
+  t.queue_ms = seq.first_scheduled ? ms_between(seq.arrival, *seq.first_scheduled) : 0;
+  t.prefill_ms = (seq.first_scheduled && seq.prefill_done)
+                     ? ms_between(*seq.first_scheduled, *seq.prefill_done)
+                     : 0;
+  t.kv_ship_ms = seq.kv_ship_exposed_ms;
+  t.ttft_ms = seq.first_token ? ms_between(seq.arrival, *seq.first_token) : 0;
+  t.decode_ms = seq.first_token ? ms_between(*seq.first_token, now) : 0;
+  t.tpot_ms = seq.output_len() > 1 ? t.decode_ms / double(seq.output_len() - 1) : 0;
+  t.e2e_ms = ms_between(seq.arrival, now);
+  t.prefill_chunks = seq.prefill_chunks;
+  t.decode_steps = seq.decode_steps;
+  if (reason != FinishReason::kError) ev.text_tail = seq.stop->flush(seq.detok->flush());
+  return ev;
+}
+
+}  // namespace tandem

@@ -1,0 +1,44 @@
+// The pieces of one engine step that every stage shares: turn a schedule into a ForwardBatch,
+// sample the sequences that caught up, append and stream their tokens, build finish events.
+#pragma once
+
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "engine/scheduler.h"
+#include "engine/sequence.h"
+#include "runner/runner.h"
+
+namespace tandem {
+
+struct StepBatch {
+  std::vector<int32_t> tokens;      // [num_tokens] ids, sequences back to back
+  std::vector<SeqSlice> slices;     // [num_seqs]
+  std::vector<int32_t> logit_rows;  // [num_samples] last row of each sequence that samples
+  std::vector<Sequence*> sampling;  // [num_samples]
+
+  ForwardBatch view() const { return ForwardBatch{tokens, slices, logit_rows}; }
+};
+
+// `table` picks the block table the pages come from (the stage's pool). A sequence samples this
+// step when its computed tokens catch up with its token list.
+StepBatch build_step_batch(std::span<const ScheduledSeq> scheduled, BlockTable Sequence::*table,
+                           Clock::time_point now);
+
+// After runner.forward(batch.view()): one token per sampling sequence. Eos and stop ids are
+// banned until min_tokens outputs exist.
+std::vector<int32_t> sample_step(ModelRunner& runner, const StepBatch& batch);
+
+// Marks the scheduled tokens computed in `table`.
+void commit_step(std::span<const ScheduledSeq> scheduled, BlockTable Sequence::*table);
+
+// Appends a sampled token, streams its text to the observer, checks stop conditions. Returns the
+// finish reason when the sequence is done.
+std::optional<FinishReason> emit_token(Sequence& seq, int32_t token, Clock::time_point now);
+
+// The finish event of a sequence (usage, timings, the text held back until now).
+FinishEvent make_finish_event(Sequence& seq, FinishReason reason, std::optional<Error> error,
+                              Clock::time_point now);
+
+}  // namespace tandem
