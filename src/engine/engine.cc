@@ -1,6 +1,8 @@
 #include "engine/engine.h"
 
+#include "engine/disaggregated_engine.h"
 #include "engine/local_engine.h"
+#include "transport/make_transport.h"
 
 namespace tandem {
 
@@ -46,16 +48,29 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
     chat_template = std::move(parsed);
   }
   RunnerOptions ro;
-  ro.device = options.decode_device;
   ro.page_size = options.page_size;
   ro.num_pages = options.kv_pages;
   ro.gpu_memory_utilization = options.gpu_memory_utilization;
   ro.max_batch_tokens = options.max_num_batched_tokens;
   ro.max_seqs = options.max_num_seqs;
   ro.threads = options.threads;
-  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<ModelRunner> runner, make_runner(model, ro));
-  return std::unique_ptr<Engine>(new LocalEngine(options, std::move(model), std::move(tokenizer),
-                                                 std::move(chat_template), std::move(runner)));
+  ro.device = options.decode_device;
+  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<ModelRunner> decode_runner, make_runner(model, ro));
+  if (options.prefill_device == options.decode_device) {
+    return std::unique_ptr<Engine>(new LocalEngine(options, std::move(model), std::move(tokenizer),
+                                                   std::move(chat_template),
+                                                   std::move(decode_runner)));
+  }
+  // Two stages. The ModelDir (its mmap) outlives both runners: it moves into the engine, and a
+  // moved WeightStore keeps its tensors where they are.
+  ro.device = options.prefill_device;
+  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<ModelRunner> prefill_runner, make_runner(model, ro));
+  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<KvTransport> transport,
+                          make_transport(options.kv_transport, prefill_runner->kv_pool_view(),
+                                         decode_runner->kv_pool_view()));
+  return std::unique_ptr<Engine>(new DisaggregatedEngine(
+      options, std::move(model), std::move(tokenizer), std::move(chat_template),
+      std::move(prefill_runner), std::move(decode_runner), std::move(transport)));
 }
 
 }  // namespace tandem

@@ -24,7 +24,8 @@ struct EngineOptions {
   std::string model_dir;
   std::string draft_dir;  // empty = no speculative decoding
   std::string prefill_device = "cpu";
-  std::string decode_device = "cpu";
+  std::string decode_device = "cpu";  // "cpu", "cpu:N" (a CPU stage of its own), "cuda:N"
+  std::string kv_transport = "auto";  // auto | local | peer | nccl | host_staged
   int32_t page_size = 16;
   int32_t kv_pages = 0;  // per pool; 0 = size from memory
   double gpu_memory_utilization = 0.90;

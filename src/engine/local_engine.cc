@@ -1,9 +1,9 @@
 #include "engine/local_engine.h"
 
 #include <algorithm>
-#include <random>
 
 #include "core/check.h"
+#include "engine/admission.h"
 #include "engine/step.h"
 
 namespace tandem {
@@ -33,47 +33,10 @@ LocalEngine::~LocalEngine() {
 
 Status LocalEngine::submit(uint64_t request_id, GenerateInput input, EngineObserver* observer) {
   TANDEM_CHECK(observer != nullptr);
-  const int64_t prompt_len = int64_t(input.prompt_ids.size());
-  if (prompt_len == 0) return make_error(ErrorCode::kInvalidArgument, "the prompt is empty");
-  for (int32_t id : input.prompt_ids) {
-    if (id < 0 || id >= model_.config.vocab_size) {
-      return make_error(ErrorCode::kInvalidArgument, "prompt token id " + std::to_string(id) +
-                                                         " is outside the model's vocabulary of " +
-                                                         std::to_string(model_.config.vocab_size));
-    }
-  }
   TANDEM_ASSIGN_OR_RETURN(
-      ResolvedSampling params,
-      resolve_sampling(input.sampling, model_.generation, model_.config.eos_token_ids));
-  if (prompt_len + params.max_tokens > max_model_len_) {
-    return make_error(ErrorCode::kPromptTooLong,
-                      "This model's maximum context length is " + std::to_string(max_model_len_) +
-                          " tokens. However, you requested " +
-                          std::to_string(prompt_len + params.max_tokens) + " tokens (" +
-                          std::to_string(prompt_len) + " in the prompt, " +
-                          std::to_string(params.max_tokens) +
-                          " for the completion). Please reduce the prompt or max_tokens.");
-  }
-  const int32_t need = pages_for_tokens(prompt_len + params.max_tokens, runner_->page_size());
-  if (need > pool_.num_pages()) {
-    return make_error(ErrorCode::kOutOfPages,
-                      "the request needs " + std::to_string(need) + " KV pages but the pool has " +
-                          std::to_string(pool_.num_pages()) + " in all (--kv-pages)");
-  }
-
-  auto seq = std::make_unique<Sequence>();
-  seq->id = request_id;
-  seq->observer = observer;
-  seq->tokens = std::move(input.prompt_ids);
-  seq->prompt_len = int32_t(prompt_len);
-  seq->params = std::move(params);
-  seq->rng.seed = seq->params.has_seed
-                      ? seq->params.seed
-                      : (uint64_t(std::random_device{}()) << 32) | std::random_device{}();
-  seq->detok =
-      std::make_unique<IncrementalDetokenizer>(tokenizer_, seq->params.skip_special_tokens);
-  seq->stop = std::make_unique<StopChecker>(seq->params);
-  seq->arrival = Clock::now();
+      std::unique_ptr<Sequence> seq,
+      new_sequence(request_id, std::move(input), observer, model_, tokenizer_,
+                   AdmissionLimits{max_model_len_, runner_->page_size(), pool_.num_pages()}));
 
   std::lock_guard lock(mu_);
   if (stopping_) return make_error(ErrorCode::kOverloaded, "the server is shutting down");

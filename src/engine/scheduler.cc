@@ -65,6 +65,10 @@ SchedulePlan FcfsScheduler::schedule(std::deque<Sequence*>& waiting,
     Sequence* seq = waiting.front();
     const int32_t n = tokens_for(*seq, budget);
     if (!(seq->*table_).reserve(pool, seq->num_computed + n, config_.page_size)) break;
+    if (admit && !admit(*seq)) {
+      (seq->*table_).release_all(pool);
+      break;
+    }
     waiting.pop_front();
     running.push_back(seq);
     plan.batch.push_back({seq, n});

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <vector>
 
 #include "engine/sequence.h"
@@ -42,6 +43,10 @@ class FcfsScheduler {
   // ones back into waiting (in arrival order, so they resume first).
   SchedulePlan schedule(std::deque<Sequence*>& waiting, std::vector<Sequence*>& running,
                         PagePool& pool);
+
+  // Extra admission gate for waiting sequences (the prefill stage reserves the request's pages on
+  // the decode stage here); returning false stops admission for this step.
+  std::function<bool(Sequence&)> admit;
 
  private:
   int32_t tokens_for(const Sequence& seq, int32_t budget) const;

@@ -1,0 +1,435 @@
+#include "engine/disaggregated_engine.h"
+
+#include <algorithm>
+
+#include "core/check.h"
+#include "engine/admission.h"
+#include "engine/step.h"
+
+namespace tandem {
+
+DisaggregatedEngine::DisaggregatedEngine(const EngineOptions& options, ModelDir model,
+                                         Tokenizer tokenizer,
+                                         std::optional<ChatTemplate> chat_template,
+                                         std::unique_ptr<ModelRunner> prefill_runner,
+                                         std::unique_ptr<ModelRunner> decode_runner,
+                                         std::unique_ptr<KvTransport> transport)
+    : options_(options),
+      model_(std::move(model)),
+      tokenizer_(std::move(tokenizer)),
+      chat_template_(std::move(chat_template)),
+      prefill_runner_(std::move(prefill_runner)),
+      decode_runner_(std::move(decode_runner)),
+      transport_(std::move(transport)),
+      prefill_view_(prefill_runner_->kv_pool_view()),
+      decode_view_(decode_runner_->kv_pool_view()),
+      page_size_(prefill_runner_->page_size()),
+      prefill_pool_(prefill_runner_->num_pages()),
+      prefill_scheduler_(SchedulerConfig{options.max_num_seqs, options.max_num_batched_tokens,
+                                         options.prefill_chunk, prefill_runner_->page_size()},
+                         &Sequence::prefill_pages),
+      decode_pool_(decode_runner_->num_pages()),
+      decode_scheduler_(SchedulerConfig{options.max_num_seqs, options.max_num_seqs,
+                                        options.prefill_chunk, decode_runner_->page_size()},
+                        &Sequence::pages) {
+  TANDEM_CHECK(prefill_runner_->page_size() == decode_runner_->page_size());
+  max_model_len_ =
+      options.max_model_len > 0
+          ? options.max_model_len
+          : int32_t(std::min<int64_t>(model_.config.max_position_embeddings, INT32_MAX));
+  const int32_t valid_vocab =
+      int32_t(std::min<int64_t>(model_.config.vocab_size, tokenizer_.vocab_size()));
+  prefill_runner_->set_valid_vocab(valid_vocab);
+  decode_runner_->set_valid_vocab(valid_vocab);
+  // Handshake: a prompt starts prefilling only once its whole KV has a place on the decode stage.
+  prefill_scheduler_.admit = [this](Sequence& seq) {
+    std::lock_guard lock(pool_mu_);
+    return seq.pages.reserve(decode_pool_, int64_t(seq.tokens.size()), page_size_);
+  };
+  // The decode stage takes only sequences whose KV arrived; a sequence it just preempted
+  // (num_computed == 0) is on its way back to the prefill stage.
+  decode_scheduler_.admit = [](Sequence& seq) { return seq.num_computed > 0; };
+}
+
+DisaggregatedEngine::~DisaggregatedEngine() {
+  stop(0);
+}
+
+Status DisaggregatedEngine::submit(uint64_t request_id, GenerateInput input,
+                                   EngineObserver* observer) {
+  TANDEM_CHECK(observer != nullptr);
+  const int32_t pool_pages = std::min(prefill_pool_.num_pages(), decode_pool_.num_pages());
+  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<Sequence> seq,
+                          new_sequence(request_id, std::move(input), observer, model_, tokenizer_,
+                                       AdmissionLimits{max_model_len_, page_size_, pool_pages}));
+  std::lock_guard lock(mu_);
+  if (stopping_) return make_error(ErrorCode::kOverloaded, "the server is shutting down");
+  if (seqs_.count(request_id)) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "request id " + std::to_string(request_id) + " is already in flight");
+  }
+  if (int32_t(prefill_inbox_.size()) + waiting_count_.load() >= options_.max_queue) {
+    return make_error(ErrorCode::kOverloaded, "the request queue is full (" +
+                                                  std::to_string(options_.max_queue) +
+                                                  " waiting); try again later");
+  }
+  seq->arrival_order = next_arrival_++;
+  prefill_inbox_.push_back(seq.get());
+  seqs_.emplace(request_id, std::move(seq));
+  cv_.notify_all();
+  return Status::Ok();
+}
+
+void DisaggregatedEngine::cancel(uint64_t request_id) {
+  std::lock_guard lock(mu_);
+  if (!seqs_.count(request_id)) return;
+  cancels_.insert(request_id);
+  cv_.notify_all();
+}
+
+EngineStatus DisaggregatedEngine::status() const {
+  EngineStatus s;
+  s.running = decoding_count_.load() + prefilling_count_.load();
+  s.waiting = waiting_count_.load();
+  s.finished = finished_count_.load();
+  auto pool = [](const char* name, ModelRunner& r, int32_t used) {
+    PoolStatus p;
+    p.name = name;
+    p.device = r.device();
+    p.page_size = r.page_size();
+    p.total_pages = r.num_pages();
+    p.used_pages = used;
+    p.page_bytes = r.memory_plan().kv_bytes / std::max<int32_t>(1, r.num_pages());
+    return p;
+  };
+  s.pools.push_back(pool("target.prefill", *prefill_runner_, prefill_used_.load()));
+  s.pools.push_back(pool("target", *decode_runner_, decode_used_.load()));
+  return s;
+}
+
+std::vector<uint64_t> DisaggregatedEngine::take_cancels_for(
+    const std::unordered_set<Sequence*>& owned) {
+  std::vector<uint64_t> ids;
+  std::lock_guard lock(mu_);
+  for (auto it = cancels_.begin(); it != cancels_.end();) {
+    auto s = seqs_.find(*it);
+    if (s == seqs_.end()) {
+      it = cancels_.erase(it);
+    } else if (owned.count(s->second.get())) {
+      ids.push_back(*it);
+      it = cancels_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return ids;
+}
+
+void DisaggregatedEngine::finish(Sequence* seq, FinishReason reason, std::optional<Error> error,
+                                 bool on_prefill) {
+  if (on_prefill) {
+    seq->prefill_pages.release_all(prefill_pool_);
+    prefilling_.erase(std::remove(prefilling_.begin(), prefilling_.end(), seq), prefilling_.end());
+    prefill_waiting_.erase(std::remove(prefill_waiting_.begin(), prefill_waiting_.end(), seq),
+                           prefill_waiting_.end());
+    drop_shipping(seq);
+  } else {
+    decoding_.erase(std::remove(decoding_.begin(), decoding_.end(), seq), decoding_.end());
+    decode_waiting_.erase(std::remove(decode_waiting_.begin(), decode_waiting_.end(), seq),
+                          decode_waiting_.end());
+  }
+  {
+    std::lock_guard lock(pool_mu_);
+    seq->pages.release_all(decode_pool_);
+  }
+  FinishEvent ev = make_finish_event(*seq, reason, std::move(error), Clock::now());
+  EngineObserver* observer = seq->observer;
+  {
+    std::lock_guard lock(mu_);
+    cancels_.erase(seq->id);
+    seqs_.erase(seq->id);  // seq is gone from here on
+  }
+  finished_count_.fetch_add(1);
+  observer->on_finished(std::move(ev));
+}
+
+// ---- prefill stage -------------------------------------------------------------------------
+
+void DisaggregatedEngine::drop_shipping(Sequence* seq) {
+  // Transfers still in flight write into decode pages that are about to be freed and handed to
+  // someone else: let them land (or time out) first.
+  for (auto it = shipping_.begin(); it != shipping_.end(); ++it) {
+    if (it->seq != seq) continue;
+    for (auto t : it->tickets) {
+      transport_->wait(t, ship_timeout);
+      transport_->release(t);
+    }
+    shipping_.erase(it);
+    return;
+  }
+}
+
+void DisaggregatedEngine::prefill_take_inbox() {
+  std::deque<Sequence*> incoming;
+  {
+    std::lock_guard lock(mu_);
+    incoming.swap(prefill_inbox_);
+  }
+  for (Sequence* seq : incoming) {
+    auto pos =
+        std::find_if(prefill_waiting_.begin(), prefill_waiting_.end(),
+                     [&](const Sequence* w) { return w->arrival_order > seq->arrival_order; });
+    prefill_waiting_.insert(pos, seq);
+  }
+  std::unordered_set<Sequence*> owned(prefill_waiting_.begin(), prefill_waiting_.end());
+  owned.insert(prefilling_.begin(), prefilling_.end());
+  for (const Shipping& s : shipping_) owned.insert(s.seq);
+  for (uint64_t id : take_cancels_for(owned)) {
+    Sequence* seq = nullptr;
+    {
+      std::lock_guard lock(mu_);
+      seq = seqs_.at(id).get();
+    }
+    finish(seq, FinishReason::kAbort, std::nullopt, /*on_prefill=*/true);
+  }
+}
+
+void DisaggregatedEngine::ship_chunk(Sequence& seq, int64_t begin, int64_t end) {
+  // The pages this chunk wrote; a page it shares with the previous chunk goes again.
+  ShipOrder order;
+  order.src = &prefill_view_;
+  order.dst = &decode_view_;
+  order.layer_begin = 0;
+  order.layer_end = prefill_view_.num_layers();
+  for (int64_t p = begin / page_size_; p * page_size_ < end; ++p) {
+    order.pages.push_back({seq.prefill_pages.pages[size_t(p)], seq.pages.pages[size_t(p)]});
+  }
+  auto& entry = [&]() -> Shipping& {
+    for (Shipping& s : shipping_) {
+      if (s.seq == &seq) return s;
+    }
+    shipping_.push_back(Shipping{&seq, {}, {}});
+    return shipping_.back();
+  }();
+  auto ticket = transport_->ship(order);
+  if (!ticket) {
+    finish(&seq, FinishReason::kError, ticket.error(), /*on_prefill=*/true);
+    return;
+  }
+  entry.tickets.push_back(*ticket);
+}
+
+void DisaggregatedEngine::poll_shipping() {
+  std::vector<Shipping> still;
+  std::vector<std::pair<Sequence*, Error>> failed;
+  for (Shipping& s : shipping_) {
+    if (s.seq->pending() > 1) {  // prefill not finished: keep collecting tickets
+      still.push_back(std::move(s));
+      continue;
+    }
+    bool done = true;
+    std::optional<Error> error;
+    for (auto t : s.tickets) {
+      ShipState st = transport_->poll(t);
+      if (st == ShipState::kInFlight && Clock::now() - s.prefill_end >= ship_timeout) {
+        st = transport_->wait(t, std::chrono::milliseconds(0));  // aborts it as timed out
+      }
+      if (st == ShipState::kFailed && !error) error = transport_->take_error(t);
+      if (st != ShipState::kDone) done = false;
+    }
+    if (error) {
+      failed.emplace_back(s.seq, *error);
+      for (auto t : s.tickets) transport_->release(t);
+      continue;
+    }
+    if (!done) {
+      still.push_back(std::move(s));
+      continue;
+    }
+    for (auto t : s.tickets) transport_->release(t);
+    Sequence* seq = s.seq;
+    seq->kv_ship_exposed_ms = ms_between(s.prefill_end, Clock::now());
+    seq->prefill_pages.release_all(prefill_pool_);
+    std::lock_guard lock(mu_);
+    decode_inbox_.push_back(seq);
+    cv_.notify_all();
+  }
+  shipping_ = std::move(still);
+  for (auto& [seq, error] : failed) {
+    finish(seq, FinishReason::kError, error, /*on_prefill=*/true);
+  }
+}
+
+bool DisaggregatedEngine::prefill_step() {
+  prefill_take_inbox();
+  poll_shipping();
+  SchedulePlan plan = prefill_scheduler_.schedule(prefill_waiting_, prefilling_, prefill_pool_);
+  for (Sequence* seq : plan.preempted) {  // out of prefill pages: it starts over later
+    drop_shipping(seq);
+    std::lock_guard lock(pool_mu_);
+    seq->pages.release_all(decode_pool_);
+  }
+  const bool did = !plan.batch.empty();
+  if (did) {
+    StepBatch batch = build_step_batch(plan.batch, &Sequence::prefill_pages, Clock::now());
+    prefill_runner_->forward(batch.view());
+    const std::vector<int32_t> sampled = sample_step(*prefill_runner_, batch);
+    std::vector<int64_t> begins;
+    for (const ScheduledSeq& s : plan.batch) begins.push_back(s.seq->num_computed);
+    commit_step(plan.batch, &Sequence::prefill_pages);
+    for (size_t i = 0; i < plan.batch.size(); ++i) {
+      Sequence& seq = *plan.batch[i].seq;
+      seq.pages.num_tokens = seq.num_computed;
+      ship_chunk(seq, begins[i], seq.num_computed);
+    }
+    const auto now = Clock::now();
+    for (size_t i = 0; i < batch.sampling.size(); ++i) {
+      Sequence& seq = *batch.sampling[i];
+      prefilling_.erase(std::remove(prefilling_.begin(), prefilling_.end(), &seq),
+                        prefilling_.end());
+      auto reason = emit_token(seq, sampled[i], now);
+      if (reason) {
+        finish(&seq, *reason, std::nullopt, /*on_prefill=*/true);
+        continue;
+      }
+      for (Shipping& s : shipping_) {
+        if (s.seq == &seq) s.prefill_end = now;
+      }
+    }
+    poll_shipping();
+  }
+  prefill_used_.store(prefill_pool_.used_pages());
+  prefilling_count_.store(int32_t(prefilling_.size() + shipping_.size()));
+  waiting_count_.store(int32_t(prefill_waiting_.size()));
+  return did;
+}
+
+// ---- decode stage --------------------------------------------------------------------------
+
+void DisaggregatedEngine::decode_take_handoff() {
+  std::deque<Sequence*> incoming;
+  {
+    std::lock_guard lock(mu_);
+    incoming.swap(decode_inbox_);
+  }
+  for (Sequence* seq : incoming) decode_waiting_.push_back(seq);
+  std::unordered_set<Sequence*> owned(decode_waiting_.begin(), decode_waiting_.end());
+  owned.insert(decoding_.begin(), decoding_.end());
+  for (uint64_t id : take_cancels_for(owned)) {
+    Sequence* seq = nullptr;
+    {
+      std::lock_guard lock(mu_);
+      seq = seqs_.at(id).get();
+    }
+    finish(seq, FinishReason::kAbort, std::nullopt, /*on_prefill=*/false);
+  }
+}
+
+bool DisaggregatedEngine::decode_step() {
+  decode_take_handoff();
+  SchedulePlan plan;
+  {
+    std::lock_guard lock(pool_mu_);
+    plan = decode_scheduler_.schedule(decode_waiting_, decoding_, decode_pool_);
+  }
+  // Preempted sequences lost their decode pages: they go back to the prefill stage to recompute.
+  if (!plan.preempted.empty()) {
+    std::lock_guard lock(mu_);
+    for (Sequence* seq : plan.preempted) {
+      seq->preemptions++;
+      decode_waiting_.erase(std::remove(decode_waiting_.begin(), decode_waiting_.end(), seq),
+                            decode_waiting_.end());
+      prefill_inbox_.push_back(seq);
+    }
+    cv_.notify_all();
+  }
+  const bool did = !plan.batch.empty();
+  if (did) {
+    StepBatch batch = build_step_batch(plan.batch, &Sequence::pages, Clock::now());
+    decode_runner_->forward(batch.view());
+    const std::vector<int32_t> sampled = sample_step(*decode_runner_, batch);
+    commit_step(plan.batch, &Sequence::pages);
+    const auto now = Clock::now();
+    for (size_t i = 0; i < batch.sampling.size(); ++i) {
+      Sequence& seq = *batch.sampling[i];
+      if (auto reason = emit_token(seq, sampled[i], now)) {
+        finish(&seq, *reason, std::nullopt, /*on_prefill=*/false);
+      }
+    }
+  }
+  decoding_count_.store(int32_t(decoding_.size()));
+  {
+    std::lock_guard lock(pool_mu_);
+    decode_used_.store(decode_pool_.used_pages());
+  }
+  return did;
+}
+
+// ---- threads -------------------------------------------------------------------------------
+
+bool DisaggregatedEngine::has_work(bool prefill) const {
+  if (!cancels_.empty()) return true;
+  return prefill ? !prefill_inbox_.empty() : !decode_inbox_.empty();
+}
+
+void DisaggregatedEngine::stage_loop(bool prefill) {
+  while (true) {
+    const bool did = prefill ? prefill_step() : decode_step();
+    if (did) continue;
+    const bool local_work = prefill ? (!prefilling_.empty() || !shipping_.empty())
+                                    : !decoding_.empty() || !decode_waiting_.empty();
+    std::unique_lock lock(mu_);
+    if (stopping_ && seqs_.empty()) return;
+    if (local_work) {
+      // Waiting on something in flight (pages, transfers): a short timed wait, not a spin.
+      cv_.wait_for(lock, std::chrono::microseconds(200));
+    } else {
+      cv_.wait(lock, [&] { return has_work(prefill) || (stopping_ && seqs_.empty()); });
+    }
+  }
+}
+
+void DisaggregatedEngine::start() {
+  std::lock_guard lock(mu_);
+  if (started_) return;
+  started_ = true;
+  prefill_thread_ = std::thread([this] { stage_loop(true); });
+  decode_thread_ = std::thread([this] { stage_loop(false); });
+}
+
+void DisaggregatedEngine::run_until_idle() {
+  while (true) {
+    const bool a = prefill_step();
+    const bool b = decode_step();
+    if (!a && !b) {
+      std::lock_guard lock(mu_);
+      if (seqs_.empty()) return;
+    }
+  }
+}
+
+void DisaggregatedEngine::stop(double drain_ms) {
+  {
+    std::lock_guard lock(mu_);
+    const bool was_running = started_ && !stopping_;
+    stopping_ = true;
+    if (!was_running) return;
+  }
+  const auto deadline = Clock::now() + std::chrono::duration<double, std::milli>(drain_ms);
+  while (Clock::now() < deadline) {
+    {
+      std::lock_guard lock(mu_);
+      if (seqs_.empty()) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  {
+    std::lock_guard lock(mu_);
+    for (auto& [id, seq] : seqs_) cancels_.insert(id);
+    cv_.notify_all();
+  }
+  prefill_thread_.join();
+  decode_thread_.join();
+}
+
+}  // namespace tandem

@@ -1,0 +1,133 @@
+// Two stages on two devices: chunked prefill of prompts on the prefill device, KV pages shipped
+// to the decode device after every chunk, continuous-batching decode there. Each stage is a
+// worker thread that owns its runner; they meet at three places only: the decode pool (guarded
+// by pool_mu_), the hand-off queues, and the request table.
+//
+// Handshake: before a prompt's first chunk, the prefill stage reserves the request's pages in
+// the decode pool (admission fails until they fit). After each chunk it ships the pages that
+// chunk wrote (prefill page i -> decode page i). The first token is sampled on the prefill stage
+// from the last chunk's logits (they are already there; shipping logits or recomputing the last
+// position on the decode stage would cost more) and travels with the KV; the decode stage admits
+// the request once every transfer of it has landed.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "chat/chat_template.h"
+#include "engine/engine.h"
+#include "engine/scheduler.h"
+#include "engine/sequence.h"
+#include "kv/page_pool.h"
+#include "model/model_dir.h"
+#include "runner/runner.h"
+#include "tokenizer/tokenizer.h"
+#include "transport/kv_transport.h"
+
+namespace tandem {
+
+class DisaggregatedEngine final : public Engine {
+ public:
+  DisaggregatedEngine(const EngineOptions& options, ModelDir model, Tokenizer tokenizer,
+                      std::optional<ChatTemplate> chat_template,
+                      std::unique_ptr<ModelRunner> prefill_runner,
+                      std::unique_ptr<ModelRunner> decode_runner,
+                      std::unique_ptr<KvTransport> transport);
+  ~DisaggregatedEngine() override;
+
+  void start() override;
+  void stop(double drain_ms) override;
+  Status submit(uint64_t request_id, GenerateInput input, EngineObserver* observer) override;
+  void cancel(uint64_t request_id) override;
+  EngineStatus status() const override;
+  void run_until_idle() override;
+
+  const Tokenizer& tokenizer() const override { return tokenizer_; }
+  const ChatTemplate* chat_template() const override {
+    return chat_template_ ? &*chat_template_ : nullptr;
+  }
+  const ModelConfig& model_config() const override { return model_.config; }
+  const GenerationDefaults& generation_defaults() const override { return model_.generation; }
+
+  KvTransport& transport() { return *transport_; }
+  std::chrono::milliseconds ship_timeout{5000};
+
+  // One step of each stage; false when it had nothing to do.
+  bool prefill_step();
+  bool decode_step();
+
+ private:
+  struct Shipping {
+    Sequence* seq;
+    std::vector<KvTransport::Ticket> tickets;
+    Clock::time_point prefill_end;
+  };
+
+  void prefill_take_inbox();
+  void ship_chunk(Sequence& seq, int64_t begin, int64_t end);
+  void poll_shipping();
+  void drop_shipping(Sequence* seq);
+  void decode_take_handoff();
+  std::vector<uint64_t> take_cancels_for(const std::unordered_set<Sequence*>& owned);
+  // Releases every page the sequence holds on both stages and reports the finish event.
+  void finish(Sequence* seq, FinishReason reason, std::optional<Error> error, bool on_prefill);
+  void stage_loop(bool prefill);
+  bool has_work(bool prefill) const;  // callers hold mu_
+
+  EngineOptions options_;
+  ModelDir model_;
+  Tokenizer tokenizer_;
+  std::optional<ChatTemplate> chat_template_;
+  std::unique_ptr<ModelRunner> prefill_runner_;
+  std::unique_ptr<ModelRunner> decode_runner_;
+  std::unique_ptr<KvTransport> transport_;
+  KvPoolView prefill_view_;
+  KvPoolView decode_view_;
+  int32_t max_model_len_ = 0;
+  int32_t page_size_ = 16;
+
+  // Prefill stage (its thread only).
+  PagePool prefill_pool_;
+  FcfsScheduler prefill_scheduler_;
+  std::deque<Sequence*> prefill_waiting_;
+  std::vector<Sequence*> prefilling_;
+  std::vector<Shipping> shipping_;
+
+  // Decode stage (its thread only), and the decode pool shared with the prefill stage's
+  // handshake.
+  std::mutex pool_mu_;
+  PagePool decode_pool_;
+  FcfsScheduler decode_scheduler_;
+  std::deque<Sequence*> decode_waiting_;
+  std::vector<Sequence*> decoding_;
+
+  // Shared: inboxes of both stages, cancels, the request table.
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Sequence*> prefill_inbox_;  // new requests and decode-stage preemptions
+  std::deque<Sequence*> decode_inbox_;   // prefilled requests whose KV has landed
+  std::unordered_set<uint64_t> cancels_;
+  std::unordered_map<uint64_t, std::unique_ptr<Sequence>> seqs_;
+  int64_t next_arrival_ = 0;
+  bool stopping_ = false;
+  bool started_ = false;
+  std::thread prefill_thread_;
+  std::thread decode_thread_;
+
+  std::atomic<int32_t> decoding_count_{0};
+  std::atomic<int32_t> prefilling_count_{0};
+  std::atomic<int32_t> waiting_count_{0};
+  std::atomic<int32_t> prefill_used_{0};
+  std::atomic<int32_t> decode_used_{0};
+  std::atomic<int64_t> finished_count_{0};
+};
+
+}  // namespace tandem
