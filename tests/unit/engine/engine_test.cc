@@ -1,0 +1,228 @@
+// The engine end to end on the CPU with a tiny random model and the real Qwen tokenizer:
+// batching, chunking, preemption, cancellation and the two-stage pipeline must never change a
+// greedy output, and every page must come back.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <map>
+#include <mutex>
+
+#include "engine/disaggregated_engine.h"
+#include "engine/engine.h"
+#include "model/mkmodel.h"
+#include "test_paths.h"
+#include "transport/local/local_transport.h"
+
+using namespace tandem;
+
+namespace {
+
+const std::string& tiny_model() {
+  static const std::string dir = [] {
+    std::string d = std::filesystem::temp_directory_path() / "tandem-engine-test-tiny-qwen";
+    if (!std::filesystem::exists(d + "/config.json")) {
+      MkModelOptions o;
+      o.preset = "tiny-qwen";
+      o.out_dir = d;
+      o.seed = 3;
+      o.tokenizer_dir = testing::qwen_tokenizer_dir();
+      Status st = make_model(o);
+      REQUIRE_MESSAGE(st.ok(), st.error().to_string());
+    }
+    return d;
+  }();
+  return dir;
+}
+
+struct Collector final : EngineObserver {
+  void on_tokens(TokenEvent ev) override {
+    std::lock_guard lock(mu);
+    auto& r = results[ev.request_id];
+    r.ids.insert(r.ids.end(), ev.ids.begin(), ev.ids.end());
+    r.text += ev.text;
+  }
+  void on_finished(FinishEvent ev) override {
+    std::lock_guard lock(mu);
+    auto& r = results[ev.request_id];
+    r.text += ev.text_tail;
+    r.finish = ev;
+  }
+  struct Result {
+    std::vector<int32_t> ids;
+    std::string text;
+    std::optional<FinishEvent> finish;
+  };
+  std::mutex mu;
+  std::map<uint64_t, Result> results;
+};
+
+std::vector<int32_t> prompt_of(int len, int salt) {
+  std::vector<int32_t> p;
+  for (int i = 0; i < len; ++i) p.push_back(1000 + (i * 37 + salt * 101) % 5000);
+  return p;
+}
+
+GenerateInput greedy(std::vector<int32_t> prompt, int max_tokens) {
+  GenerateInput in;
+  in.prompt_ids = std::move(prompt);
+  in.sampling.temperature = 0.0f;
+  in.sampling.max_tokens = max_tokens;
+  in.sampling.ignore_eos = true;
+  return in;
+}
+
+std::unique_ptr<Engine> make_engine(EngineOptions o) {
+  o.model_dir = tiny_model();
+  o.threads = 1;
+  auto e = Engine::create(o);
+  REQUIRE_MESSAGE(e.ok(), e.error().to_string());
+  return std::move(e).value();
+}
+
+// Each prompt alone, one at a time: the reference every other schedule must reproduce.
+std::map<uint64_t, std::vector<int32_t>> reference(const std::vector<int>& lens, int max_tokens) {
+  std::map<uint64_t, std::vector<int32_t>> out;
+  EngineOptions o;
+  o.prefill_chunk = 4096;
+  auto engine = make_engine(o);
+  for (size_t i = 0; i < lens.size(); ++i) {
+    Collector c;
+    REQUIRE(engine->submit(i, greedy(prompt_of(lens[i], int(i)), max_tokens), &c).ok());
+    engine->run_until_idle();
+    out[i] = c.results[i].ids;
+  }
+  return out;
+}
+
+void check_pages_free(const Engine& e) {
+  for (const PoolStatus& p : e.status().pools) CHECK_MESSAGE(p.used_pages == 0, p.name);
+}
+
+}  // namespace
+
+TEST_CASE("batched, chunked, paged and preempted schedules give the same greedy tokens") {
+  const std::vector<int> lens = {1, 15, 16, 17, 40, 70};
+  const int max_tokens = 10;
+  const auto want = reference(lens, max_tokens);
+
+  struct Case {
+    const char* name;
+    int chunk, page, pages, budget;
+    std::string prefill, decode;
+  };
+  const Case cases[] = {
+      {"batched", 512, 16, 0, 2048, "cpu", "cpu"},
+      {"chunks of 7, pages of 1", 7, 1, 0, 2048, "cpu", "cpu"},
+      {"small budget", 16, 16, 0, 24, "cpu", "cpu"},
+      {"tiny pool forces preemption", 8, 4, 36, 2048, "cpu", "cpu"},
+      {"two stages", 16, 16, 0, 2048, "cpu:0", "cpu:1"},
+      {"two stages, tiny pools", 8, 4, 36, 64, "cpu:0", "cpu:1"},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.name);
+    EngineOptions o;
+    o.prefill_chunk = c.chunk;
+    o.page_size = c.page;
+    o.kv_pages = c.pages;
+    o.max_num_batched_tokens = c.budget;
+    o.prefill_device = c.prefill;
+    o.decode_device = c.decode;
+    auto engine = make_engine(o);
+    Collector col;
+    for (size_t i = 0; i < lens.size(); ++i) {
+      REQUIRE(engine->submit(i, greedy(prompt_of(lens[i], int(i)), max_tokens), &col).ok());
+    }
+    engine->run_until_idle();
+    for (size_t i = 0; i < lens.size(); ++i) {
+      CAPTURE(i);
+      REQUIRE(col.results[i].finish);
+      CHECK(col.results[i].finish->reason == FinishReason::kLength);
+      CHECK(col.results[i].ids == want.at(i));
+    }
+    check_pages_free(*engine);
+  }
+}
+
+TEST_CASE("the worker thread serves concurrent requests; cancel frees pages wherever it lands") {
+  for (const char* prefill : {"cpu", "cpu:0"}) {
+    CAPTURE(prefill);
+    EngineOptions o;
+    o.prefill_device = prefill;
+    o.decode_device = std::string(prefill) == "cpu" ? "cpu" : "cpu:1";
+    o.prefill_chunk = 8;
+    auto engine = make_engine(o);
+    engine->start();
+    Collector col;
+    for (uint64_t i = 0; i < 8; ++i) {
+      REQUIRE(engine->submit(i, greedy(prompt_of(30 + int(i), int(i)), 200), &col).ok());
+    }
+    for (uint64_t i = 0; i < 8; i += 2) engine->cancel(i);
+    engine->cancel(999);  // unknown ids are ignored
+    engine->stop(/*drain_ms=*/60000);
+    for (uint64_t i = 0; i < 8; ++i) {
+      CAPTURE(i);
+      REQUIRE(col.results[i].finish);
+      CHECK(col.results[i].finish->reason ==
+            (i % 2 == 0 ? FinishReason::kAbort : FinishReason::kLength));
+    }
+    check_pages_free(*engine);
+  }
+}
+
+TEST_CASE("requests that can never run are refused at submit with a typed error") {
+  EngineOptions o;
+  o.kv_pages = 4;
+  o.page_size = 4;
+  o.max_queue = 2;
+  auto engine = make_engine(o);
+  Collector col;
+  CHECK(engine->submit(1, greedy({}, 4), &col).error().code == ErrorCode::kInvalidArgument);
+  CHECK(engine->submit(2, greedy(prompt_of(10, 0), 100), &col).error().code ==
+        ErrorCode::kOutOfPages);
+  CHECK(engine->submit(3, greedy({1, 2, 999999999}, 4), &col).error().code ==
+        ErrorCode::kInvalidArgument);
+  auto too_long = greedy(prompt_of(4, 0), 1 << 30);
+  CHECK(engine->submit(4, too_long, &col).error().code == ErrorCode::kPromptTooLong);
+  REQUIRE(engine->submit(5, greedy(prompt_of(3, 0), 2), &col).ok());
+  REQUIRE(engine->submit(6, greedy(prompt_of(3, 1), 2), &col).ok());
+  CHECK(engine->submit(7, greedy(prompt_of(3, 2), 2), &col).error().code == ErrorCode::kOverloaded);
+  CHECK(engine->submit(5, greedy(prompt_of(3, 2), 2), &col).error().code ==
+        ErrorCode::kInvalidArgument);  // id in flight
+  engine->run_until_idle();
+  CHECK(col.results.size() == 2);
+  check_pages_free(*engine);
+}
+
+TEST_CASE("a failed or stuck KV transfer fails only its request, with no pages leaked") {
+  for (ErrorCode fault : {ErrorCode::kTransport, ErrorCode::kTimeout}) {
+    CAPTURE(error_code_name(fault));
+    EngineOptions o;
+    o.prefill_device = "cpu:0";
+    o.decode_device = "cpu:1";
+    o.prefill_chunk = 8;
+    auto engine = make_engine(o);
+    auto* disagg = dynamic_cast<DisaggregatedEngine*>(engine.get());
+    REQUIRE(disagg != nullptr);
+    disagg->ship_timeout = std::chrono::milliseconds(20);
+    auto* local = dynamic_cast<LocalTransport*>(&disagg->transport());
+    REQUIRE(local != nullptr);
+    // Fail transfers that go to decode page 0, which only the first request gets.
+    local->set_fault_hook([fault](const ShipOrder& order) -> std::optional<Error> {
+      for (const PageCopy& p : order.pages) {
+        if (p.dst == 0) return make_error(fault, "injected");
+      }
+      return std::nullopt;
+    });
+    Collector col;
+    REQUIRE(engine->submit(1, greedy(prompt_of(20, 1), 4), &col).ok());
+    REQUIRE(engine->submit(2, greedy(prompt_of(20, 2), 4), &col).ok());
+    engine->run_until_idle();
+    REQUIRE(col.results[1].finish);
+    CHECK(col.results[1].finish->reason == FinishReason::kError);
+    REQUIRE(col.results[1].finish->error);
+    CHECK(col.results[1].finish->error->code == fault);
+    REQUIRE(col.results[2].finish);
+    CHECK(col.results[2].finish->reason == FinishReason::kLength);
+    check_pages_free(*engine);
+  }
+}
