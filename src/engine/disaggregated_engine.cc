@@ -222,33 +222,31 @@ void DisaggregatedEngine::ship_chunk(Sequence& seq, int64_t begin, int64_t end) 
 void DisaggregatedEngine::poll_shipping() {
   std::vector<Shipping> still;
   std::vector<std::pair<Sequence*, Error>> failed;
+  const auto now = Clock::now();
   for (Shipping& s : shipping_) {
-    if (s.seq->pending() > 1) {  // prefill not finished: keep collecting tickets
-      still.push_back(std::move(s));
-      continue;
-    }
-    bool done = true;
+    const bool prefill_done = s.seq->pending() <= 1;  // only the sampled token is left
+    bool all_done = true;
     std::optional<Error> error;
     for (auto t : s.tickets) {
       ShipState st = transport_->poll(t);
-      if (st == ShipState::kInFlight && Clock::now() - s.prefill_end >= ship_timeout) {
-        st = transport_->wait(t, std::chrono::milliseconds(0));  // aborts it as timed out
+      if (st == ShipState::kInFlight && prefill_done && now - s.prefill_end >= ship_timeout) {
+        st = transport_->wait(t, std::chrono::milliseconds(0));  // a stuck backend: abort it
       }
       if (st == ShipState::kFailed && !error) error = transport_->take_error(t);
-      if (st != ShipState::kDone) done = false;
+      all_done = all_done && st == ShipState::kDone;
     }
-    if (error) {
+    if (error) {  // fail at once, even mid-prefill: no more chunks are wasted on it
       failed.emplace_back(s.seq, *error);
-      for (auto t : s.tickets) transport_->release(t);
+      still.push_back(std::move(s));  // finish() waits out and releases the other tickets
       continue;
     }
-    if (!done) {
+    if (!prefill_done || !all_done) {
       still.push_back(std::move(s));
       continue;
     }
     for (auto t : s.tickets) transport_->release(t);
     Sequence* seq = s.seq;
-    seq->kv_ship_exposed_ms = ms_between(s.prefill_end, Clock::now());
+    seq->kv_ship_exposed_ms = ms_between(s.prefill_end, now);
     seq->prefill_pages.release_all(prefill_pool_);
     std::lock_guard lock(mu_);
     decode_inbox_.push_back(seq);
