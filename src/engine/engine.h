@@ -79,6 +79,11 @@ class Engine {
   // Runs until every submitted request finished; for `tandem run` and tests without start().
   virtual void run_until_idle() = 0;
 
+  // Prometheus text of the engine's metrics (tandem:* names).
+  virtual std::string metrics_text() const = 0;
+  // Chrome Trace Event JSON of finished requests: one request, or the last `last_n` (0 = all kept).
+  virtual std::string trace_json(std::optional<uint64_t> request_id, size_t last_n) const = 0;
+
   virtual const Tokenizer& tokenizer() const = 0;
   virtual const ChatTemplate* chat_template() const = 0;  // null when the model has none
   virtual const ModelConfig& model_config() const = 0;

@@ -110,6 +110,7 @@ void LocalEngine::finish(Sequence* seq, FinishReason reason, std::optional<Error
   waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), seq), waiting_.end());
 
   FinishEvent ev = make_finish_event(*seq, reason, std::move(error), Clock::now());
+  telemetry_.on_finish(*seq, ev);
   EngineObserver* observer = seq->observer;
   const uint64_t id = seq->id;
   seqs_.erase(id);  // seq is gone from here on
@@ -138,9 +139,11 @@ bool LocalEngine::step() {
     return false;
   }
 
+  const int64_t t0 = trace_now_ns();
   StepBatch batch = build_step_batch(plan.batch, &Sequence::pages, Clock::now());
   runner_->forward(batch.view());
   const std::vector<int32_t> sampled = sample_step(*runner_, batch);
+  trace_step(plan.batch, Track::kPrefill, Track::kDecode, t0, trace_now_ns());
   commit_step(plan.batch, &Sequence::pages);
   const auto now = Clock::now();
   for (size_t i = 0; i < batch.sampling.size(); ++i) {
@@ -149,6 +152,17 @@ bool LocalEngine::step() {
   }
   publish_counts();
   return true;
+}
+
+std::string LocalEngine::metrics_text() const {
+  const EngineStatus s = status();
+  GaugeValues g{s.running, s.waiting, {}};
+  for (const PoolStatus& p : s.pools) g.pools.push_back({p.name, p.used_pages, p.total_pages});
+  return render_prometheus(telemetry_.metrics, g);
+}
+
+std::string LocalEngine::trace_json(std::optional<uint64_t> request_id, size_t last_n) const {
+  return chrome_trace_json(telemetry_.traces.snapshot(request_id, last_n));
 }
 
 void LocalEngine::run_until_idle() {

@@ -18,6 +18,7 @@
 #include "engine/engine.h"
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
+#include "engine/step.h"
 #include "kv/page_pool.h"
 #include "model/model_dir.h"
 #include "runner/runner.h"
@@ -37,6 +38,8 @@ class LocalEngine final : public Engine {
   void cancel(uint64_t request_id) override;
   EngineStatus status() const override;
   void run_until_idle() override;
+  std::string metrics_text() const override;
+  std::string trace_json(std::optional<uint64_t> request_id, size_t last_n) const override;
 
   const Tokenizer& tokenizer() const override { return tokenizer_; }
   const ChatTemplate* chat_template() const override {
@@ -86,6 +89,7 @@ class LocalEngine final : public Engine {
   std::atomic<int32_t> waiting_count_{0};
   std::atomic<int32_t> used_pages_{0};
   std::atomic<int64_t> finished_count_{0};
+  mutable Telemetry telemetry_;
 };
 
 }  // namespace tandem

@@ -17,6 +17,7 @@
 #include "sampling/sampling_params.h"
 #include "sampling/stop_checker.h"
 #include "tokenizer/tokenizer.h"
+#include "trace/trace.h"
 
 namespace tandem {
 
@@ -43,6 +44,7 @@ struct Sequence {
   std::unique_ptr<StopChecker> stop;
 
   int32_t preemptions = 0;
+  RequestTrace trace;  // spans of every stage that worked on it
   Clock::time_point arrival;
   std::optional<Clock::time_point> first_scheduled;
   std::optional<Clock::time_point> prefill_done;
