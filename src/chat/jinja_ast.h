@@ -28,6 +28,7 @@ struct Expr {
     kUnary,    // op a       (op: "not", "-", "+")
     kBinary,   // a op b     (op: + - * / // % ** ~ == != < <= > >= in notin and or)
     kCond,     // b if a else c   (a: condition, b: then, c: else, may be null)
+    kCompare,  // chained comparison args[0] ops[0] args[1] ops[1] args[2] ... (Python semantics)
   };
   Kind kind;
   int line = 0;
@@ -36,6 +37,7 @@ struct Expr {
   ExprPtr a, b, c;
   std::vector<ExprPtr> args;
   std::vector<std::string> kwnames;  // names of the trailing keyword args
+  std::vector<std::string> ops;      // kCompare operators
   bool negated = false;              // kTest: "is not"
 };
 

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "chat/jinja_builtins.h"
+#include "core/check.h"
 
 namespace tandem::jinja {
 namespace {
@@ -339,6 +340,22 @@ Value Interpreter::eval_call(const Expr& e) {
   return (*fn.fn)(args);
 }
 
+namespace {
+
+bool compare(const std::string& op, const Value& a, const Value& b) {
+  if (op == "==") return equals(a, b);
+  if (op == "!=") return !equals(a, b);
+  if (op == "<") return less(a, b);
+  if (op == ">") return less(b, a);
+  if (op == "<=") return !less(b, a);
+  if (op == ">=") return !less(a, b);
+  if (op == "in") return contains(b, a);
+  if (op == "notin") return !contains(b, a);
+  TANDEM_CHECK(false, "unknown comparison '%s'", op.c_str());
+}
+
+}  // namespace
+
 Value Interpreter::eval_binary(const Expr& e) {
   const std::string& op = e.name;
   if (op == "and") {
@@ -352,14 +369,9 @@ Value Interpreter::eval_binary(const Expr& e) {
   Value a = eval(*e.a);
   Value b = eval(*e.b);
   if (op == "~") return Value::string(to_str(a) + to_str(b));
-  if (op == "==") return Value::boolean(equals(a, b));
-  if (op == "!=") return Value::boolean(!equals(a, b));
-  if (op == "<") return Value::boolean(less(a, b));
-  if (op == ">") return Value::boolean(less(b, a));
-  if (op == "<=") return Value::boolean(!less(b, a));
-  if (op == ">=") return Value::boolean(!less(a, b));
-  if (op == "in") return Value::boolean(contains(b, a));
-  if (op == "notin") return Value::boolean(!contains(b, a));
+  if (op == "==" || op == "!=" || op == "<" || op == ">" || op == "<=" || op == ">=" ||
+      op == "in" || op == "notin")
+    return Value::boolean(compare(op, a, b));
   return arithmetic(op, a, b);
 }
 
@@ -421,6 +433,15 @@ Value Interpreter::eval(const Expr& e) {
     case Expr::Kind::kCond:
       if (truthy(eval(*e.a))) return eval(*e.b);
       return e.c ? eval(*e.c) : Value::undefined();
+    case Expr::Kind::kCompare: {
+      Value left = eval(*e.args[0]);
+      for (size_t k = 0; k < e.ops.size(); ++k) {
+        Value right = eval(*e.args[k + 1]);
+        if (!compare(e.ops[k], left, right)) return Value::boolean(false);
+        left = std::move(right);
+      }
+      return Value::boolean(true);
+    }
   }
   return Value::undefined();
 }

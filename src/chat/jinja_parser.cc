@@ -251,30 +251,40 @@ class Parser {
     }
     return parse_compare();
   }
-  ExprPtr parse_compare() {
-    ExprPtr e = parse_math1();
-    bool compared = false;
-    while (true) {
-      int line = peek().line;
-      std::string op;
-      if (peek().type == Tok::kOp &&
-          (peek().text == "==" || peek().text == "!=" || peek().text == "<" ||
-           peek().text == "<=" || peek().text == ">" || peek().text == ">=")) {
-        op = next().text;
-      } else if (at_name("in")) {
-        next();
-        op = "in";
-      } else if (at_name("not") && peek(1).type == Tok::kName && peek(1).text == "in") {
-        next();
-        next();
-        op = "notin";
-      } else {
-        return e;
-      }
-      if (compared) error(line, "unsupported construct: chained comparison");
-      compared = true;
-      e = binary(op, std::move(e), parse_math1(), line);
+  // Returns the comparison operator at the cursor (consuming it), or "" when there is none.
+  std::string accept_compare_op() {
+    if (peek().type == Tok::kOp &&
+        (peek().text == "==" || peek().text == "!=" || peek().text == "<" || peek().text == "<=" ||
+         peek().text == ">" || peek().text == ">=")) {
+      return next().text;
     }
+    if (accept_name("in")) return "in";
+    if (at_name("not") && peek(1).type == Tok::kName && peek(1).text == "in") {
+      next();
+      next();
+      return "notin";
+    }
+    return "";
+  }
+  ExprPtr parse_compare() {
+    ExprPtr first = parse_math1();
+    int line = peek().line;
+    std::string op = accept_compare_op();
+    if (op.empty()) return first;
+    ExprPtr second = parse_math1();
+    std::string op2 = accept_compare_op();
+    if (op2.empty()) return binary(op, std::move(first), std::move(second), line);
+    // a < b < c: Python's chained comparison, each operand evaluated once.
+    auto chain = make(Expr::Kind::kCompare, line);
+    chain->args.push_back(std::move(first));
+    chain->args.push_back(std::move(second));
+    chain->ops = {op, op2};
+    chain->args.push_back(parse_math1());
+    for (std::string more = accept_compare_op(); !more.empty(); more = accept_compare_op()) {
+      chain->ops.push_back(more);
+      chain->args.push_back(parse_math1());
+    }
+    return chain;
   }
   ExprPtr parse_math1() {
     ExprPtr e = parse_concat();

@@ -1,7 +1,7 @@
 // Expressions: literals, operators, access, slicing, tests, filters, methods. Expected strings were
 // rendered by jinja2 3.1 configured as transformers configures it (trim_blocks, lstrip_blocks,
 // loopcontrols, transformers' tojson), so each row is a claim about jinja2's behaviour, not about
-// this implementation.
+// this implementation. Rows come from scripts/golden/chat_unit_cases.py.
 #include <doctest/doctest.h>
 
 #include "chat/chat_template.h"
@@ -103,6 +103,24 @@ const Case kCases[] = {
      "}}",
      R"({})", "[0, 1, 2] [1, 3, 5] 1 {'a': 1, 'b': 'x'}"},
     {"{{ 'abc' ~ 1 ~ 2.5 ~ true ~ none ~ [1] }}", R"({})", "abc12.5TrueNone[1]"},
+    {"{{ 1 < 2 < 3 }} {{ 3 > 2 > 2 }} {{ 1 == 1 != 2 }} {{ 'a' in 'abc' in ['abc'] }}", R"({})",
+     "True False True True"},
+    {"{{ 1.5e300 * 1e10 }} {{ 1/3 }} {{ 100.0 }} {{ 1e16 }} {{ 12345678901234567.0 }} {{ 0.0001 }} "
+     "{{ 0.00001 }} {{ -0.0 }}",
+     R"({})", "inf 0.3333333333333333 100.0 1e+16 1.2345678901234568e+16 0.0001 1e-05 -0.0"},
+    {"{{ [1.0, 'it\\'s', \"q\\\"\", none, true] }} {{ ('a',) }} {{ (1, 2) }} {{ d }}",
+     R"({"d": {"a": null, "b": [true]}})",
+     "[1.0, \"it's\", 'q\"', None, True] ('a',) (1, 2) {'a': None, 'b': [True]}"},
+    {"{{ s[0] }}{{ s | length }}{{ s[-1] }}", R"({"s": "😀é"})", "😀2é"},
+    {"{{ '  a  b  '.split(none, 1) }} {{ 'a  b'.split(' ') }} {{ ''.split() }} {{ ''.split(',') }}",
+     R"({})", "['a', 'b  '] ['a', '', 'b'] [] ['']"},
+    {"{{ l[1:3][::-1] }} {{ l[-10:10] }} {{ l[3:1] }} {{ l[::-3] }}",
+     R"({"l": [0, 1, 2, 3, 4, 5]})", "[2, 1] [0, 1, 2, 3, 4, 5] [] [5, 2]"},
+    {"{{ x.y }}|{{ true and 0 }} {{ 0 or false }} {{ [] or 'e' }} {{ none and 1 }}",
+     R"({"x": null})", "|0 False e None"},
+    {"{{ 3 is divisibleby 3 }} {{ 4 is odd }} {{ 'ab' is lower }} {{ x is sameas none }} {{ 2 is "
+     "in [1, 2] }}",
+     R"({"x": null})", "True False True True True"},
     {"{{ -x|abs }} {{ - 2 ** 2 }} {{ 2 ** 3 ** 2 }} {{ not 1 == 2 }} {{ 'a' ~ 'b' if false else "
      "'c' }}",
      R"({"x": 5})", "5 4 64 True c"},

@@ -55,6 +55,18 @@ const Case kCases[] = {
     {"  {# c #}\nafter\n{#- x #}\n", R"({})", "after"},
     {"{%- set x = 1 -%}\n\n   {{ x }}   \n\n{%- if x %}\n\n\tyes\n{% endif -%}\n\nend", R"({})",
      "1\n\tyes\nend"},
+    {"a\n  {%- if true %}\n  b\n  {%- endif %}\nc|  {% if true %}x{% endif %}  y|x  {% if true "
+     "%}y{% endif %}|\t{# c #}\t\nz",
+     R"({})", "a  bc|  x  y|x  y|\t\t\nz"},
+    {"{% for i in [1,2] -%}\n  {{ i }}\n{%- endfor %}|{% if true %}  \n  a{% endif %}|{% if true "
+     "%}\x0d\nwin\x0d\n{% endif %}\x0d\n",
+     R"({})", "12|  \n  a|win\n"},
+    {"{% set x %}\n  block\n{% endset %}[{{ x }}]{% macro m() %}\n  M\n{% endmacro %}[{{ m() }}]",
+     R"({})", "[  block\n][  M\n]"},
+    {"{% if c is mapping or c is iterable %}{{ c | tojson }}{% else %}{{ c }}{% endif %}|{% for d "
+     "in ds %}{% if d is mapping or d is iterable %}{{ d | tojson }}{% else %}{{ d }}{% endif %}{% "
+     "endfor %}",
+     R"({"c": "plain", "ds": [5, {"a": 1}, [1]]})", "\"plain\"|5{\"a\": 1}[1]"},
     {"{{ message['content'] | trim + '!' }} {{ messages|length - 1 }} {{ not ms|length == 1 }}",
      R"({"message": {"content": " hi "}, "messages": [1, 2, 3], "ms": [1]})", "hi! 2 False"},
     {"{% for message in messages[::-1] %}{% set index = (messages|length - 1) - loop.index0 %}{{ "
