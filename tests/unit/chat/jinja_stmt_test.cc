@@ -2,6 +2,7 @@
 // trim_blocks/lstrip_blocks/-/+. Expected strings were rendered by jinja2 3.1 configured as
 // transformers configures it (trim_blocks, lstrip_blocks, loopcontrols, transformers' tojson), so
 // each row is a claim about jinja2's behaviour, not about this implementation.
+// Rows come from scripts/golden/chat_unit_cases.py.
 #include <doctest/doctest.h>
 
 #include "chat/chat_template.h"
