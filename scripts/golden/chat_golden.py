@@ -165,6 +165,8 @@ TOKENIZER_DIR = {"qwen2.5": "tokenizer-qwen3", "qwen3": "tokenizer-qwen3",
 
 def local_renderer():
     import jinja2
+    import jinja2.ext
+    import jinja2.nodes
     from jinja2.ext import loopcontrols
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
@@ -178,8 +180,17 @@ def local_renderer():
     def strftime_now(fmt):
         return _FixedDatetime.now().strftime(fmt)
 
+    class GenerationBlock(jinja2.ext.Extension):
+        """transformers' AssistantTracker as far as rendering text goes: the body, unchanged."""
+        tags = {"generation"}
+
+        def parse(self, parser):
+            lineno = next(parser.stream).lineno
+            body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+            return jinja2.nodes.Scope(body, lineno=lineno)
+
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=[loopcontrols])
+                                        extensions=[loopcontrols, GenerationBlock])
     env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = strftime_now

@@ -73,6 +73,8 @@ if which == 'expr':
         ("{{ l[1:3][::-1] }} {{ l[-10:10] }} {{ l[3:1] }} {{ l[::-3] }}", {"l": [0, 1, 2, 3, 4, 5]}),
         ("{{ x.y }}|{{ true and 0 }} {{ 0 or false }} {{ [] or 'e' }} {{ none and 1 }}", {"x": None}),
         ("{{ 3 is divisibleby 3 }} {{ 4 is odd }} {{ 'ab' is lower }} {{ x is sameas none }} {{ 2 is in [1, 2] }}", {"x": None}),
+        ("{{ x | int }} {{ x | float }} {{ '  12 ' | int }} {{ '0x1A' | int }} {{ '3.7' | int }} {{ 'nan' | float }}", {"x": "3"}),
+        ("{{ '\u00e9'.upper() }} {{ '\u00c0B'.lower() }} {{ 'stra\u00dfe'.title() }} {{ '\u01c5x'.capitalize() }} {{ 'hello wORLD' | title }}", E),
         ("{{ -x|abs }} {{ - 2 ** 2 }} {{ 2 ** 3 ** 2 }} {{ not 1 == 2 }} {{ 'a' ~ 'b' if false else 'c' }}", {"x": 5}),
     ])
 elif which == 'stmt':
@@ -99,6 +101,7 @@ elif which == 'stmt':
         ("{% for i in [1,2] -%}\n  {{ i }}\n{%- endfor %}|{% if true %}  \n  a{% endif %}|{% if true %}\r\nwin\r\n{% endif %}\r\n", E),
         ("{% set x %}\n  block\n{% endset %}[{{ x }}]{% macro m() %}\n  M\n{% endmacro %}[{{ m() }}]", E),
         ("{% if c is mapping or c is iterable %}{{ c | tojson }}{% else %}{{ c }}{% endif %}|{% for d in ds %}{% if d is mapping or d is iterable %}{{ d | tojson }}{% else %}{{ d }}{% endif %}{% endfor %}", {"c": "plain", "ds": [5, {"a": 1}, [1]]}),
+        ("{% for m in ms %}{% generation %}[{{ m }}]{% endgeneration %}{% endfor %}", {"ms": ["a", "b"]}),
         ("{{ message['content'] | trim + '!' }} {{ messages|length - 1 }} {{ not ms|length == 1 }}", {"message": {"content": " hi "}, "messages": [1, 2, 3], "ms": [1]}),
         ("{% for message in messages[::-1] %}{% set index = (messages|length - 1) - loop.index0 %}{{ index }}{{ message.role }} {% endfor %}", {"messages": [{"role": "a"}, {"role": "b"}, {"role": "c"}]}),
     ])

@@ -464,6 +464,8 @@ Value apply_filter(const std::string& name, const Value& v, CallArgs& args) {
       if (name == "int" && v.kind != Kind::kFloat) return Value::integer(v.as_int());
     } else if (v.is_string()) {
       std::string t = python_strip(v.s, nullptr, true, true);
+      // strtod also reads hex ("0x1A"), which Python's int() and float() refuse.
+      if (t.find_first_of("xXpP") != std::string::npos) return fallback;
       char* end = nullptr;
       x = std::strtod(t.c_str(), &end);
       if (t.empty() || end != t.c_str() + t.size()) return fallback;

@@ -191,6 +191,14 @@ class Parser {
       expect(Tok::kBlockEnd, "'%}'");
       s->bodies.push_back(parse_body({"endmacro"}));
       end_tag("endmacro");
+    } else if (kw == "generation") {
+      // transformers' AssistantTracker marks assistant spans for return_assistant_tokens_mask;
+      // for rendering text the block is its body.
+      s->kind = Stmt::Kind::kIf;
+      s->conds.push_back(literal(Value::boolean(true), line));
+      expect(Tok::kBlockEnd, "'%}'");
+      s->bodies.push_back(parse_body({"endgeneration"}));
+      end_tag("endgeneration");
     } else if (kw == "break" || kw == "continue") {
       if (loop_depth_ == 0) error(line, "'" + kw + "' outside a loop");
       s->kind = kw == "break" ? Stmt::Kind::kBreak : Stmt::Kind::kContinue;

@@ -52,6 +52,9 @@ std::string map_code_points(std::string_view s, F f) {
 char32_t upper(char32_t c) {
   return static_cast<char32_t>(utf8proc_toupper(static_cast<utf8proc_int32_t>(c)));
 }
+char32_t title(char32_t c) {
+  return static_cast<char32_t>(utf8proc_totitle(static_cast<utf8proc_int32_t>(c)));
+}
 char32_t lower(char32_t c) {
   return static_cast<char32_t>(utf8proc_tolower(static_cast<utf8proc_int32_t>(c)));
 }
@@ -125,11 +128,11 @@ std::string python_lower(std::string_view s) {
 }
 std::string python_title(std::string_view s) {
   return map_code_points(
-      s, [](char32_t c, size_t, bool prev_cased) { return prev_cased ? lower(c) : upper(c); });
+      s, [](char32_t c, size_t, bool prev_cased) { return prev_cased ? lower(c) : title(c); });
 }
 std::string python_capitalize(std::string_view s) {
   return map_code_points(
-      s, [](char32_t c, size_t index, bool) { return index == 0 ? upper(c) : lower(c); });
+      s, [](char32_t c, size_t index, bool) { return index == 0 ? title(c) : lower(c); });
 }
 
 std::vector<std::string> python_split(std::string_view s, const std::string* sep,

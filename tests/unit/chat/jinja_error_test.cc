@@ -37,7 +37,6 @@ TEST_CASE("unsupported syntax is refused naming the construct and line") {
   check_contains(parse_error("a\n{% raw %}x{% endraw %}"), "line 2");
   check_contains(parse_error("a\n{% raw %}x{% endraw %}"), "'{% raw %}'");
   check_contains(parse_error("{% extends 'base' %}"), "'{% extends %}'");
-  check_contains(parse_error("{% generation %}x{% endgeneration %}"), "'{% generation %}'");
   check_contains(parse_error("\n\n{{ x | wordwrap }}"), "line 3: unsupported filter 'wordwrap'");
   check_contains(parse_error("{{ x is escaped }}"), "unsupported test 'escaped'");
   check_contains(parse_error("{% for x in y recursive %}{% endfor %}"), "recursive");

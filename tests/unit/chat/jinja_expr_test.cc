@@ -121,6 +121,12 @@ const Case kCases[] = {
     {"{{ 3 is divisibleby 3 }} {{ 4 is odd }} {{ 'ab' is lower }} {{ x is sameas none }} {{ 2 is "
      "in [1, 2] }}",
      R"({"x": null})", "True False True True True"},
+    {"{{ x | int }} {{ x | float }} {{ '  12 ' | int }} {{ '0x1A' | int }} {{ '3.7' | int }} {{ "
+     "'nan' | float }}",
+     R"({"x": "3"})", "3 3.0 12 0 3 nan"},
+    {"{{ 'é'.upper() }} {{ 'ÀB'.lower() }} {{ 'straße'.title() }} {{ 'ǅx'.capitalize() }} {{ "
+     "'hello wORLD' | title }}",
+     R"({})", "É àb Straße ǅx Hello World"},
     {"{{ -x|abs }} {{ - 2 ** 2 }} {{ 2 ** 3 ** 2 }} {{ not 1 == 2 }} {{ 'a' ~ 'b' if false else "
      "'c' }}",
      R"({"x": 5})", "5 4 64 True c"},

@@ -68,6 +68,8 @@ const Case kCases[] = {
      "in ds %}{% if d is mapping or d is iterable %}{{ d | tojson }}{% else %}{{ d }}{% endif %}{% "
      "endfor %}",
      R"({"c": "plain", "ds": [5, {"a": 1}, [1]]})", "\"plain\"|5{\"a\": 1}[1]"},
+    {"{% for m in ms %}{% generation %}[{{ m }}]{% endgeneration %}{% endfor %}",
+     R"({"ms": ["a", "b"]})", "[a][b]"},
     {"{{ message['content'] | trim + '!' }} {{ messages|length - 1 }} {{ not ms|length == 1 }}",
      R"({"message": {"content": " hi "}, "messages": [1, 2, 3], "ms": [1]})", "hi! 2 False"},
     {"{% for message in messages[::-1] %}{% set index = (messages|length - 1) - loop.index0 %}{{ "
