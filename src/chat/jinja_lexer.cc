@@ -1,5 +1,6 @@
 #include "chat/jinja_lexer.h"
 
+#include <algorithm>
 #include <cctype>
 
 namespace tandem::jinja {
@@ -11,7 +12,10 @@ bool is_space(char c) {
 
 class Lexer {
  public:
-  explicit Lexer(std::string src) : src_(std::move(src)) {}
+  explicit Lexer(std::string src) : src_(std::move(src)) {
+    for (size_t k = 0; k < src_.size(); ++k)
+      if (src_[k] == '\n') newlines_.push_back(k);
+  }
 
   Result<std::vector<Token>> run() {
     size_t pos = 0;
@@ -20,15 +24,14 @@ class Lexer {
       size_t open = find_tag(pos);
       std::string text = src_.substr(pos, open - pos);
       if (strip_next_text)
-        text.erase(0, text.find_first_not_of(" \t\n\r\v\f") == std::string::npos
-                          ? text.size()
-                          : text.find_first_not_of(" \t\n\r\v\f"));
+        text.erase(0, std::min(text.size(), text.find_first_not_of(" \t\n\r\v\f")));
       if (open == src_.size()) {
         push_text(std::move(text), line_of(pos));
         break;
       }
       char kind = src_[open + 1];  // '{', '%' or '#'
       char mod = open + 2 < src_.size() ? src_[open + 2] : '\0';
+      if (mod == '+' && kind == '{') mod = '\0';  // "{{+x" is unary plus, not a modifier
       if (mod == '-') {
         while (!text.empty() && is_space(text.back())) text.pop_back();
       } else if (mod != '+' && kind != '{') {
@@ -79,10 +82,10 @@ class Lexer {
     if (!text.empty()) tokens_.push_back({Tok::kText, std::move(text), line});
   }
 
+  // 1-based line of byte pos: one more than the newlines before it.
   int line_of(size_t pos) const {
-    int line = 1;
-    for (size_t k = 0; k < pos && k < src_.size(); ++k) line += src_[k] == '\n';
-    return line;
+    return 1 + static_cast<int>(std::lower_bound(newlines_.begin(), newlines_.end(), pos) -
+                                newlines_.begin());
   }
 
   Error error(size_t pos, const std::string& what) const {
@@ -253,6 +256,7 @@ class Lexer {
   }
 
   std::string src_;
+  std::vector<size_t> newlines_;  // byte offsets of every '\n' in src_, ascending
   std::vector<Token> tokens_;
 };
 
