@@ -133,6 +133,16 @@ TEST_CASE("logits_to_probs: temperature, top-k, top-p, min-p") {
     p.top_k = 2;
     check_probs(probs_of({1.0f, 1.0f, 1.0f, 0.0f}, p), {1.0 / 3, 1.0 / 3, 1.0 / 3, 0});
   }
+  SUBCASE("top-p ties in probability go to the lower id") {
+    ResolvedSampling p = sampling();
+    p.top_p = 0.4f;  // softmax(1, 1, 0) = 0.42, 0.42, 0.16: one token reaches 0.4
+    check_probs(probs_of({1.0f, 1.0f, 0.0f}, p), {1, 0, 0});
+  }
+  SUBCASE("top-k beyond the finite logits keeps them all") {
+    ResolvedSampling p = sampling();
+    p.top_k = 3;
+    check_probs(probs_of({0.0f, kNegInf, 0.0f, kNegInf}, p), {0.5, 0, 0.5, 0});
+  }
   SUBCASE("-inf rows get zero probability") {
     check_probs(probs_of({0.0f, kNegInf, 0.0f}, sampling()), {0.5, 0, 0.5});
   }
