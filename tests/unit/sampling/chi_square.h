@@ -10,6 +10,10 @@ namespace tandem::testing {
 // must have no observations (checked by the caller) and are skipped.
 double chi_square(std::span<const int64_t> observed, std::span<const double> expected_probs);
 
+// Two-sample test that a and b come from one distribution (a 2 x n contingency table, n - 1
+// degrees of freedom); categories empty in both are skipped.
+double chi_square_two_sample(std::span<const int64_t> a, std::span<const int64_t> b);
+
 // Upper 0.1 % point of the chi-square distribution with 7 degrees of freedom (8 categories): a
 // correct sampler exceeds it once in a thousand seeds; the fixed seeds below make each run the
 // same.

@@ -9,6 +9,7 @@
 
 using namespace tandem;
 using tandem::testing::chi_square;
+using tandem::testing::chi_square_two_sample;
 using tandem::testing::kChiSquare7Dof999;
 
 namespace {
@@ -148,6 +149,14 @@ TEST_CASE("speculative sampling emits tokens with the target's distribution (chi
   // About 55 % of trials accept the first draft (sum of min(p_t, p_d)).
   const int64_t emitted_second = std::accumulate(c.second.begin(), c.second.end(), int64_t{0});
   CHECK(emitted_second == doctest::Approx(0.55 * 20000).epsilon(0.03));
+
+  // And against target-only sampling (sample_token's inverse CDF, its own seeds).
+  std::vector<int64_t> target_only(kVocab, 0);
+  for (int s = 0; s < 20000; ++s)
+    target_only[size_t(sample_from_probs(kTarget, philox_uniform(uint64_t(s) + 5000000, 0)))]++;
+  const double two_sample = chi_square_two_sample(c.first, target_only);
+  INFO("two-sample chi-square " << two_sample);
+  CHECK(two_sample < kChiSquare7Dof999);
 }
 
 TEST_CASE("the distribution test fails a rule that samples p_t instead of the residual") {
@@ -155,4 +164,22 @@ TEST_CASE("the distribution test fails a rule that samples p_t instead of the re
   const double first = chi_square(c.first, to_double(kTarget));
   INFO("chi-square of the broken rule " << first);
   CHECK(first > kChiSquare7Dof999);
+  std::vector<int64_t> target_only(kVocab, 0);
+  for (int s = 0; s < 20000; ++s)
+    target_only[size_t(sample_from_probs(kTarget, philox_uniform(uint64_t(s) + 5000000, 0)))]++;
+  CHECK(chi_square_two_sample(c.first, target_only) > kChiSquare7Dof999);
+}
+
+TEST_CASE("one-hot (greedy) probabilities make sampled acceptance agree with greedy") {
+  // Target argmax 3 then 5, bonus 1; the draft proposes 3 then 4.
+  std::vector<float> target(3 * kVocab, 0.0f), draft(2 * kVocab, 0.0f);
+  target[0 * kVocab + 3] = target[1 * kVocab + 5] = target[2 * kVocab + 1] = 1.0f;
+  draft[0 * kVocab + 3] = draft[1 * kVocab + 4] = 1.0f;
+  const std::vector<int32_t> drafts = {3, 4};
+  for (uint64_t s = 0; s < 100; ++s) {
+    SamplingRng rng{s, 0};
+    const SpeculativeResult r = accept_sampled(drafts, draft, target, kVocab, rng);
+    REQUIRE(r.tokens == std::vector<int32_t>{3, 5});
+    REQUIRE(r.tokens == accept_greedy(drafts, target, kVocab).tokens);
+  }
 }
