@@ -46,8 +46,10 @@ void softmax(const std::vector<double>& logits, std::vector<double>& probs) {
 // in probability go to the lower id, so the kept set is deterministic); at least one token.
 void apply_top_p(std::vector<double>& probs, float top_p) {
   if (top_p >= 1.0f) return;
-  std::vector<int32_t> order(probs.size());
-  std::iota(order.begin(), order.end(), 0);
+  // Only tokens still in play are sorted: after top-k that is k of them, not the whole vocab.
+  std::vector<int32_t> order;  // [candidates] ids, most likely first
+  for (size_t i = 0; i < probs.size(); ++i)
+    if (probs[i] > 0.0) order.push_back(int32_t(i));
   std::stable_sort(order.begin(), order.end(),
                    [&](int32_t a, int32_t b) { return probs[size_t(a)] > probs[size_t(b)]; });
   double cumulative = 0.0;

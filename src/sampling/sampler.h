@@ -35,6 +35,10 @@ void apply_logits_processors(std::span<float> logits, const ResolvedSampling& pa
 
 // Temperature, top-k, top-p and min-p turn processed logits into a probability vector [vocab]
 // (zeros outside the kept set). Speculative decoding applies this to draft and target alike.
+// The rules the CUDA sampler mirrors, in order: logits / temperature; top-k keeps every logit >=
+// the k-th largest (ties all stay); softmax; top-p sorts by probability (lower id first on ties)
+// and keeps tokens until their sum reaches top_p (at least one); min-p drops p < min_p × p_max;
+// renormalise. Temperature 0 gives a one-hot vector at the argmax (lowest id on ties).
 void logits_to_probs(std::span<const float> logits, const ResolvedSampling& params,
                      std::span<float> probs);
 

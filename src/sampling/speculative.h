@@ -1,7 +1,9 @@
 // Lossless acceptance of draft tokens in speculative decoding (Leviathan et al. 2023; Chen et al.
 // 2023): the emitted tokens have exactly the distribution target-only decoding would give.
 // The target model scored k draft tokens in one forward: k + 1 rows, row i being the target's
-// distribution for position i (row k is the "bonus" position after all drafts).
+// distribution for position i (row k is the "bonus" position after all drafts). Each row is
+// processed (apply_logits_processors) with the history up to its position, drafts included, so
+// the penalties match what target-only decoding would have applied.
 #pragma once
 
 #include <cstdint>
