@@ -37,7 +37,7 @@ std::string_view valid_utf8(std::string_view text, std::string& storage) {
   storage.clear();
   size_t consumed = tokenizer::append_utf8_lossy(text, /*at_end=*/true, storage);
   TANDEM_CHECK(consumed == text.size());
-  if (storage.size() == text.size()) return text;  // nothing was replaced
+  if (storage == text) return text;  // nothing was replaced
   return storage;
 }
 
