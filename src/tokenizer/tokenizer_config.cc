@@ -26,9 +26,7 @@ Result<std::optional<std::string>> token_name(const json& j, const char* key) {
   return config_error(std::string(key) + " is neither a string nor {\"content\": ...}");
 }
 
-}  // namespace
-
-Result<TokenizerConfig> parse_tokenizer_config(std::string_view json_text) {
+Result<TokenizerConfig> parse_config(std::string_view json_text) {
   TokenizerConfig config;
   if (json_text.empty()) return config;
   json j = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
@@ -67,6 +65,16 @@ Result<TokenizerConfig> parse_tokenizer_config(std::string_view json_text) {
     }
   }
   return config;
+}
+
+}  // namespace
+
+Result<TokenizerConfig> parse_tokenizer_config(std::string_view json_text) {
+  try {
+    return parse_config(json_text);
+  } catch (const nlohmann::json::exception& e) {
+    return config_error(std::string("unexpected field type: ") + e.what());
+  }
 }
 
 }  // namespace tandem::tokenizer

@@ -186,6 +186,7 @@ Result<BpeModel> parse_bpe(const json& model, Pipeline& impl) {
     if (it != impl.token_ids.end()) byte_ids[size_t(b)] = it->second;
   }
   const json& merges = model.value("merges", json::array());
+  if (!merges.is_array()) return tok_error("model.merges is not a list");
   std::unordered_map<uint64_t, MergeResult> merge_map;
   merge_map.reserve(merges.size());
   std::string left, right;
@@ -257,9 +258,7 @@ Status check_decoder(const json& j) {
   return tok_error("decoder type '" + type + "' is not supported");
 }
 
-}  // namespace
-
-Result<Pipeline> parse_tokenizer_json(std::string_view json_text) {
+Result<Pipeline> parse_tokenizer_json_checked(std::string_view json_text) {
   json j = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return tok_error("not a JSON object");
   Pipeline pipeline;
@@ -274,6 +273,17 @@ Result<Pipeline> parse_tokenizer_json(std::string_view json_text) {
   TANDEM_TRY(parse_added_tokens(j.value("added_tokens", json::array()), *impl));
   TANDEM_TRY(parse_post_processor(j.value("post_processor", json()), *impl));
   return pipeline;
+}
+
+}  // namespace
+
+// A field of the wrong JSON type throws inside nlohmann; that is a broken file, not a crash.
+Result<Pipeline> parse_tokenizer_json(std::string_view json_text) {
+  try {
+    return parse_tokenizer_json_checked(json_text);
+  } catch (const nlohmann::json::exception& e) {
+    return tok_error(std::string("unexpected field type: ") + e.what());
+  }
 }
 
 }  // namespace tandem::tokenizer
