@@ -18,6 +18,7 @@
 #include "engine/engine.h"
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
+#include "engine/spec_decoder.h"
 #include "engine/step.h"
 #include "kv/page_pool.h"
 #include "model/model_dir.h"
@@ -29,7 +30,8 @@ namespace tandem {
 class LocalEngine final : public Engine {
  public:
   LocalEngine(const EngineOptions& options, ModelDir model, Tokenizer tokenizer,
-              std::optional<ChatTemplate> chat_template, std::unique_ptr<ModelRunner> runner);
+              std::optional<ChatTemplate> chat_template, std::unique_ptr<ModelRunner> runner,
+              std::optional<DraftModel> draft);
   ~LocalEngine() override;
 
   void start() override;
@@ -56,6 +58,7 @@ class LocalEngine final : public Engine {
   void finish(Sequence* seq, FinishReason reason, std::optional<Error> error);
   void abort_all();
   void worker_loop();
+  void run_speculative(std::span<Sequence* const> seqs);
   bool idle_locked() const;
   void publish_counts();
 
@@ -64,6 +67,8 @@ class LocalEngine final : public Engine {
   Tokenizer tokenizer_;
   std::optional<ChatTemplate> chat_template_;
   std::unique_ptr<ModelRunner> runner_;
+  std::optional<DraftModel> draft_;
+  std::unique_ptr<SpecDecoder> spec_;  // set when a draft model is loaded
   int32_t max_model_len_ = 0;
   int32_t valid_vocab_ = 0;
 

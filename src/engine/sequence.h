@@ -43,6 +43,15 @@ struct Sequence {
   std::unique_ptr<IncrementalDetokenizer> detok;
   std::unique_ptr<StopChecker> stop;
 
+  // Speculative decoding (a draft model on the decode stage).
+  bool speculative = false;
+  BlockTable draft_pages;        // in the draft's pool
+  int64_t draft_computed = 0;    // tokens whose draft K/V is in draft_pages
+  SamplingRng draft_rng;         // the draft's own stream: proposals never shift the target's draws
+  double spec_acceptance = 0.7;  // running per-token acceptance (optimistic start: it probes)
+  int32_t spec_steps = 0;
+  SpecStats spec;
+
   int32_t preemptions = 0;
   RequestTrace trace;  // spans of every stage that worked on it
   Clock::time_point arrival;

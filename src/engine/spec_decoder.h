@@ -10,11 +10,13 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
 #include "engine/sequence.h"
 #include "kv/page_pool.h"
+#include "model/model_dir.h"
 #include "runner/runner.h"
 
 namespace tandem {
@@ -24,6 +26,7 @@ struct SpecConfig {
   int32_t draft_min = 1;   // --draft-min (when speculating at all)
   bool enabled = true;     // --spec off
   int32_t max_batch = 32;  // above this many running sequences, verify is compute-bound: no spec
+  int32_t catchup_chunk = 512;  // draft tokens one step may catch up (a long prompt takes steps)
 };
 
 // Chooses k per sequence from its running acceptance and the measured cost of a draft step
@@ -40,6 +43,14 @@ class DraftLengthPolicy {
  private:
   SpecConfig config_;
   double cost_ratio_ = 0.1;  // draft step / target step, EMA of measurements
+};
+
+// A draft model loaded for a decode stage: its weights, its runner and its own KV pool.
+struct DraftModel {
+  std::unique_ptr<ModelDir> model;  // heap: runners point into its WeightStore
+  std::unique_ptr<ModelRunner> runner;
+  std::unique_ptr<PagePool> pool;
+  SpecConfig config;
 };
 
 class SpecDecoder {

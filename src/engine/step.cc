@@ -136,6 +136,7 @@ FinishEvent make_finish_event(Sequence& seq, FinishReason reason, std::optional<
   t.e2e_ms = ms_between(seq.arrival, now);
   t.prefill_chunks = seq.prefill_chunks;
   t.decode_steps = seq.decode_steps;
+  if (seq.speculative) ev.spec = seq.spec;
   if (reason != FinishReason::kError) ev.text_tail = seq.stop->flush(seq.detok->flush());
   return ev;
 }
