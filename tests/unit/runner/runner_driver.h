@@ -44,8 +44,8 @@ class RunnerDriver {
 
   // Prefill `prompt` in chunks of `chunk` tokens, then greedy-decode `new_tokens`. Returns the
   // generated ids; first_logits gets the logits of the last prompt position.
-  std::vector<int32_t> greedy(const std::vector<int32_t>& prompt, int32_t chunk,
-                              int32_t new_tokens, std::vector<float>* first_logits);
+  std::vector<int32_t> greedy(const std::vector<int32_t>& prompt, int32_t chunk, int32_t new_tokens,
+                              std::vector<float>* first_logits);
 
   // Greedy token of row `row` of the last forward, through ModelRunner::sample.
   int32_t sample_greedy(int32_t row);
