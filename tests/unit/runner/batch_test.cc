@@ -113,3 +113,22 @@ TEST_CASE("pages outside the block table do not change results") {
   CHECK(bit_equal(l_clean, l_poisoned));
   for (float v : l_poisoned) REQUIRE(std::isfinite(v));
 }
+
+TEST_CASE("the runner keeps working after its ModelDir moves (the engine moves it)") {
+  auto loaded = load_model_dir(golden_model_dir("llama_tied_fp32"));
+  REQUIRE(loaded.ok());
+  auto model = std::make_unique<ModelDir>(std::move(loaded).value());
+  RunnerDriver d(*model, 16);
+  const auto prompt = make_prompt(9, 4, d.vocab());
+  std::vector<float> before, after;
+  const auto t_before = d.greedy(prompt, 4, 3, &before);
+  ModelDir moved = std::move(*model);
+  // The old object now holds another model: a runner that still read through it would
+  // compute other logits (or crash).
+  auto other = load_model_dir(golden_model_dir("qwen2_tied_bf16_sharded"));
+  REQUIRE(other.ok());
+  *model = std::move(other).value();
+  const auto t_after = d.greedy(prompt, 4, 3, &after);
+  CHECK(t_before == t_after);
+  CHECK(bit_equal(before, after));
+}
