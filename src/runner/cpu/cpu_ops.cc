@@ -34,6 +34,16 @@ void weight_row_to_f32(const TensorView& w, int64_t row, float* out) {
   }
 }
 
+namespace {
+
+// The one summation order of every dot product here: 8 strided partial sums, then a fixed tree.
+// The widened and the bf16 decode paths share it, so batching never changes a result's bits.
+float reduce8(const float* acc, float tail) {
+  return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + tail;
+}
+
+}  // namespace
+
 float dot_f32(const float* a, const float* b, int64_t n) {
   float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   int64_t i = 0;
@@ -41,7 +51,7 @@ float dot_f32(const float* a, const float* b, int64_t n) {
     for (int j = 0; j < 8; ++j) acc[j] += a[i + j] * b[i + j];
   float tail = 0;
   for (; i < n; ++i) tail += a[i] * b[i];
-  return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + tail;
+  return reduce8(acc, tail);
 }
 
 namespace {
@@ -54,7 +64,7 @@ float dot_bf16(const float* a, const uint16_t* b, int64_t n) {
     for (int j = 0; j < 8; ++j) acc[j] += a[i + j] * bf16_to_f32(b[i + j]);
   float tail = 0;
   for (; i < n; ++i) tail += a[i] * bf16_to_f32(b[i]);
-  return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + tail;
+  return reduce8(acc, tail);
 }
 
 }  // namespace
