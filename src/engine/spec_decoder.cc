@@ -41,6 +41,9 @@ int32_t DraftLengthPolicy::choose(const Sequence& seq, int32_t batch_size) const
       best_k = k;
     }
   }
+  // Off for this sequence: every 16th step it probes with draft_min, so acceptance that recovers
+  // (the text became predictable) is noticed.
+  if (best_k == 0 && seq.decode_steps % 16 == 15) return std::max(1, config_.draft_min);
   return best_k;
 }
 

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -94,26 +95,57 @@ Status copy_tokenizer(const fs::path& from, const fs::path& to) {
   return Status::Ok();
 }
 
+// Two chunk buffers: threads fill one while the previous chunk is written from the other, so
+// generation and the write into the page cache overlap.
+class ChunkStream {
+ public:
+  ChunkStream(SafetensorsWriter& writer, size_t chunk_bytes) : writer_(writer) {
+    for (auto& b : buffers_) b.resize(chunk_bytes);
+  }
+  // Waits for the write in flight (the destructor of a std::async future would too).
+  ~ChunkStream() { (void)wait(); }
+
+  std::byte* next_buffer() { return buffers_[next_].data(); }
+  // Starts writing the first `bytes` of next_buffer() and switches buffers.
+  Status submit(size_t bytes) {
+    TANDEM_TRY(wait());
+    std::span<const std::byte> piece(buffers_[next_].data(), bytes);
+    pending_ = std::async(std::launch::async, [this, piece] { return writer_.write(piece); });
+    next_ ^= 1;
+    return Status::Ok();
+  }
+  Status wait() {
+    if (!pending_.valid()) return Status::Ok();
+    return pending_.get();
+  }
+
+ private:
+  SafetensorsWriter& writer_;
+  std::vector<std::byte> buffers_[2];  // [kChunkElems] of dtype each
+  int next_ = 0;
+  std::future<Status> pending_;
+};
+
 // Generates one tensor in chunks, each chunk split across threads, and streams it out.
-Status write_tensor(SafetensorsWriter& writer, const PlannedTensor& t, uint64_t key, DType dtype,
-                    std::vector<std::byte>& buffer, unsigned threads) {
+Status write_tensor(ChunkStream& stream, const PlannedTensor& t, uint64_t key, DType dtype,
+                    unsigned threads) {
   const size_t elem = dtype_size(dtype);
   const mkmodel::Init init = init_of(t.tensor.kind);
   for (uint64_t first = 0; first < t.numel; first += kChunkElems) {
     const size_t count = size_t(std::min<uint64_t>(kChunkElems, t.numel - first));
     const unsigned n = count < (size_t{1} << 16) ? 1 : threads;
     const size_t per = (count + n - 1) / n;
+    std::byte* out = stream.next_buffer();
     std::vector<std::thread> pool;
     for (unsigned w = 1; w < n; ++w) {
       const size_t b = std::min(count, w * per);
       const size_t e = std::min(count, b + per);
-      pool.emplace_back([&, b, e] {
-        mkmodel::fill_weights(key, init, first + b, e - b, dtype, buffer.data() + b * elem);
-      });
+      pool.emplace_back(
+          [=] { mkmodel::fill_weights(key, init, first + b, e - b, dtype, out + b * elem); });
     }
-    mkmodel::fill_weights(key, init, first, std::min(count, per), dtype, buffer.data());
+    mkmodel::fill_weights(key, init, first, std::min(count, per), dtype, out);
     for (std::thread& th : pool) th.join();
-    TANDEM_TRY(writer.write(std::span<const std::byte>(buffer.data(), count * elem)));
+    TANDEM_TRY(stream.submit(count * elem));
   }
   return Status::Ok();
 }
@@ -184,7 +216,6 @@ Status make_model(const MkModelOptions& options) {
   }
 
   const unsigned threads = std::max(1u, std::thread::hardware_concurrency());
-  std::vector<std::byte> buffer(kChunkElems * elem);  // [kChunkElems] of dtype, reused
   nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
   for (size_t s = 0; s < shards.size(); ++s) {
     const std::string name =
@@ -197,9 +228,13 @@ Status make_model(const MkModelOptions& options) {
     TANDEM_ASSIGN_OR_RETURN(
         SafetensorsWriter writer,
         SafetensorsWriter::create((dir / name).string(), std::move(entries), {{"format", "pt"}}));
-    for (const PlannedTensor& p : shards[s]) {
-      const uint64_t key = mkmodel::tensor_key(options.seed, preset->seed_salt, p.tensor.name);
-      TANDEM_TRY(write_tensor(writer, p, key, options.dtype, buffer, threads));
+    {
+      ChunkStream stream(writer, kChunkElems * elem);
+      for (const PlannedTensor& p : shards[s]) {
+        const uint64_t key = mkmodel::tensor_key(options.seed, preset->seed_salt, p.tensor.name);
+        TANDEM_TRY(write_tensor(stream, p, key, options.dtype, threads));
+      }
+      TANDEM_TRY(stream.wait());
     }
     TANDEM_TRY(writer.finish());
   }

@@ -13,7 +13,7 @@ namespace tandem::mkmodel {
 enum class Init {
   kNormal,  // N(0, 0.02), as transformers initialises Linear and Embedding (initializer_range)
   kOnes,    // RMSNorm weights
-  kSmall,   // biases: N(0, 0.02) as well, so a runner that drops them is visibly wrong
+  kSmall,   // biases: N(0, 0.02) as well (HF zeroes them), so a runner that drops them is wrong
 };
 
 // Key of one tensor: mixes the seed, the preset's salt and the tensor name.

@@ -201,8 +201,11 @@ Result<WeightStore> WeightStore::open(const std::string& model_dir) {
 
   // shard file name -> tensor names the index puts there (empty when there is no index)
   std::map<std::string, std::set<std::string>> shards;
-  bool have_index = fs::exists(index_path, ec);
-  if (have_index) {
+  // transformers looks for model.safetensors first, then the index; so do we.
+  const bool have_index = !fs::exists(single_path, ec) && fs::exists(index_path, ec);
+  if (fs::exists(single_path, ec)) {
+    shards["model.safetensors"];
+  } else if (have_index) {
     const std::string ip = index_path.string();
     TANDEM_ASSIGN_OR_RETURN(std::string text, read_text(ip));
     nlohmann::json index = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
@@ -222,8 +225,6 @@ Result<WeightStore> WeightStore::open(const std::string& model_dir) {
       }
       shards[shard].insert(it.key());
     }
-  } else if (fs::exists(single_path, ec)) {
-    shards["model.safetensors"];
   } else {
     // No standard name: take every *.safetensors (single-shard exports without an index).
     bool pickle = false;

@@ -122,6 +122,19 @@ TEST_CASE("broken: truncated file whose header runs past the end") {
   CHECK(contains(e.message, "past the end"));
 }
 
+TEST_CASE("broken: a written file cut short in its data section names the last tensor") {
+  ScratchDir dir("truncated-data");
+  const std::string path = dir.file("w.safetensors");
+  write_tensors(path, {{"first", {4}, ExpectedTensor::Kind::kBias},
+                       {"last", {4}, ExpectedTensor::Kind::kBias}});
+  std::filesystem::resize_file(path, std::filesystem::file_size(path) - 3);
+  auto store = WeightStore::open_file(path);
+  REQUIRE_FALSE(store.ok());
+  CHECK(store.error().code == ErrorCode::kInvalidModel);
+  CHECK(contains(store.error().message, path));
+  CHECK(contains(store.error().message, "'last'"));
+}
+
 TEST_CASE("broken: header length over the 100 MB cap") {
   ScratchDir dir("huge-header");
   Error e = open_broken(dir, raw_safetensors("{}", "", int64_t{1} << 40));
