@@ -132,3 +132,20 @@ TEST_CASE("the runner keeps working after its ModelDir moves (the engine moves i
   CHECK(t_before == t_after);
   CHECK(bit_equal(before, after));
 }
+
+TEST_CASE("the thread count does not change results") {
+  const ModelDir model = load("qwen2_untied_fp16_gqa4");
+  const auto prompt = make_prompt(45, 6, model.config.vocab_size);
+  std::vector<int32_t> tokens[3];
+  std::vector<float> logits[3];
+  const int32_t threads[3] = {1, 2, 3};
+  for (int i = 0; i < 3; ++i) {
+    RunnerDriver d(model, 16, 64, threads[i]);
+    tokens[i] = d.greedy(prompt, 16, 4, &logits[i]);
+  }
+  for (int i = 1; i < 3; ++i) {
+    CAPTURE(threads[i]);
+    CHECK(tokens[i] == tokens[0]);
+    CHECK(bit_equal(logits[i], logits[0]));
+  }
+}

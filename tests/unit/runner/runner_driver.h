@@ -28,7 +28,8 @@ struct StepPart {
 
 class RunnerDriver {
  public:
-  RunnerDriver(const ModelDir& model, int32_t page_size, int32_t num_pages = 512);
+  RunnerDriver(const ModelDir& model, int32_t page_size, int32_t num_pages = 512,
+               int32_t threads = 2);
 
   ModelRunner& runner() { return *runner_; }
   int64_t vocab() const { return runner_->config().vocab_size; }
