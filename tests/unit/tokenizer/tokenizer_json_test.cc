@@ -105,6 +105,10 @@ TEST_CASE("added tokens: longest match, lstrip/rstrip, single_word, normalized, 
   CHECK(tok.encode("a  <m>  b", false) == Ids{'a', 302, 'b'});       // spaces absorbed
   CHECK(tok.encode("x<w>", false) == Ids{'x', '<', 'w', '>'});       // inside a word
   CHECK(tok.encode("x <w> y", false) == Ids{'x', ' ', 303, ' ', 'y'});
+  // Word characters are letters and numbers of any script; punctuation is a boundary.
+  CHECK(tok.encode("\xC3\xBC<w>", false).size() == 5);                        // ü<w>: no match
+  CHECK(tok.encode("\xEF\xBC\x8C<w>", false) == Ids{0xEF, 0xBC, 0x8C, 303});  // ，<w>
+  CHECK(tok.encode("a\xE3\x80\x80<m>\n", false) == Ids{'a', 302});  // U+3000 is whitespace
   CHECK(tok.encode("e\xCC\x81", false) == Ids{304});  // e + combining acute, NFC'd, then matched
   CHECK(tok.decode(Ids{'a', 300, 'b', 301}, true) == "ab<s>x");
   CHECK(tok.decode(Ids{'a', 300, 'b', 301}, false) == "a<s>b<s>x");
