@@ -50,8 +50,7 @@ void launch_argmax_rows(const float* logits, const int32_t* row_index, int32_t n
                         int32_t row_stride, int32_t valid_vocab, int32_t* out,
                         cudaStream_t stream) {
   if (num_rows == 0) return;
-  argmax_kernel<<<num_rows, kThreads, 0, stream>>>(logits, row_index, row_stride, valid_vocab,
-                                                   out);
+  argmax_kernel<<<num_rows, kThreads, 0, stream>>>(logits, row_index, row_stride, valid_vocab, out);
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 

@@ -8,7 +8,7 @@
 
 namespace tandem::kernels {
 
-void launch_argmax_rows(const float* logits,  // [rows, row_stride] in
+void launch_argmax_rows(const float* logits,       // [rows, row_stride] in
                         const int32_t* row_index,  // [num_rows] in: which logits rows
                         int32_t num_rows, int32_t row_stride, int32_t valid_vocab,
                         int32_t* out,  // [num_rows] out token ids

@@ -18,11 +18,11 @@ namespace tandem::kernels {
 
 }  // namespace tandem::kernels
 
-#define TANDEM_CUDA_CHECK(call)                                                      \
-  do {                                                                               \
-    cudaError_t tandem_cuda_err_ = (call);                                           \
-    if (tandem_cuda_err_ != cudaSuccess) [[unlikely]]                                \
-      ::tandem::kernels::cuda_failed(tandem_cuda_err_, #call, __FILE__, __LINE__);   \
+#define TANDEM_CUDA_CHECK(call)                                                    \
+  do {                                                                             \
+    cudaError_t tandem_cuda_err_ = (call);                                         \
+    if (tandem_cuda_err_ != cudaSuccess) [[unlikely]]                              \
+      ::tandem::kernels::cuda_failed(tandem_cuda_err_, #call, __FILE__, __LINE__); \
   } while (0)
 
 // After a launch: configuration errors show up here, not at the launch itself.

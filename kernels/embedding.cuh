@@ -11,7 +11,7 @@ namespace tandem::kernels {
 
 // out[i, :] = table[rows[i], :] as fp32. rows are checked on the host (ids < vocab).
 void launch_gather_rows_to_f32(const __nv_bfloat16* table,  // [num_table_rows, width] in
-                               const int32_t* rows,          // [num_rows] in
+                               const int32_t* rows,         // [num_rows] in
                                int32_t num_rows, int32_t width,
                                float* out,  // [num_rows, width] out
                                cudaStream_t stream);

@@ -5,14 +5,14 @@
 
 #include "cuda_check.cuh"
 
-#define TANDEM_CUBLAS_CHECK(call)                                                         \
-  do {                                                                                    \
-    cublasStatus_t st_ = (call);                                                          \
-    if (st_ != CUBLAS_STATUS_SUCCESS) {                                                   \
+#define TANDEM_CUBLAS_CHECK(call)                                                            \
+  do {                                                                                       \
+    cublasStatus_t st_ = (call);                                                             \
+    if (st_ != CUBLAS_STATUS_SUCCESS) {                                                      \
       std::fprintf(stderr, "%s:%d: cuBLASLt error %d in %s\n", __FILE__, __LINE__, int(st_), \
-                   #call);                                                                \
-      std::abort();                                                                       \
-    }                                                                                     \
+                   #call);                                                                   \
+      std::abort();                                                                          \
+    }                                                                                        \
   } while (0)
 
 namespace tandem::kernels {
@@ -56,8 +56,8 @@ const GemmContext::Plan& GemmContext::plan(int32_t m, int32_t n, int32_t k, bool
       pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes_, sizeof(workspace_bytes_)));
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  TANDEM_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle_, p.op, p.a, p.b, p.c, p.c, pref, 1,
-                                                     &result, &found));
+  TANDEM_CUBLAS_CHECK(
+      cublasLtMatmulAlgoGetHeuristic(handle_, p.op, p.a, p.b, p.c, p.c, pref, 1, &result, &found));
   cublasLtMatmulPreferenceDestroy(pref);
   if (found == 0) {
     std::fprintf(stderr, "cuBLASLt: no algorithm for m=%d n=%d k=%d\n", m, n, k);

@@ -22,8 +22,8 @@ __device__ __forceinline__ void fma8(float& acc, const uint4& w, const uint4& x)
 
 template <int M, typename Out>
 __global__ void __launch_bounds__(kWarps * 32)
-    gemv_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w,
-                int32_t n, int32_t k, Out* __restrict__ y) {
+    gemv_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w, int32_t n,
+                int32_t k, Out* __restrict__ y) {
   const int lane = threadIdx.x & 31;
   const int row = blockIdx.x * kWarps + (threadIdx.x >> 5);
   if (row >= n) return;
@@ -69,14 +69,30 @@ void dispatch(const __nv_bfloat16* x, const __nv_bfloat16* w, int32_t m, int32_t
   const int blocks = (n + kWarps - 1) / kWarps;
   const int threads = kWarps * 32;
   switch (m) {
-    case 1: gemv_kernel<1, Out><<<blocks, threads, 0, stream>>>(x, w, n, k, y); break;
-    case 2: gemv_kernel<2, Out><<<blocks, threads, 0, stream>>>(x, w, n, k, y); break;
-    case 3: gemv_kernel<3, Out><<<blocks, threads, 0, stream>>>(x, w, n, k, y); break;
-    case 4: gemv_kernel<4, Out><<<blocks, threads, 0, stream>>>(x, w, n, k, y); break;
-    case 5: gemv_kernel<5, Out><<<blocks, threads, 0, stream>>>(x, w, n, k, y); break;
-    case 6: gemv_kernel<6, Out><<<blocks, threads, 0, stream>>>(x, w, n, k, y); break;
-    case 7: gemv_kernel<7, Out><<<blocks, threads, 0, stream>>>(x, w, n, k, y); break;
-    default: gemv_kernel<8, Out><<<blocks, threads, 0, stream>>>(x, w, n, k, y); break;
+    case 1:
+      gemv_kernel<1, Out><<<blocks, threads, 0, stream>>>(x, w, n, k, y);
+      break;
+    case 2:
+      gemv_kernel<2, Out><<<blocks, threads, 0, stream>>>(x, w, n, k, y);
+      break;
+    case 3:
+      gemv_kernel<3, Out><<<blocks, threads, 0, stream>>>(x, w, n, k, y);
+      break;
+    case 4:
+      gemv_kernel<4, Out><<<blocks, threads, 0, stream>>>(x, w, n, k, y);
+      break;
+    case 5:
+      gemv_kernel<5, Out><<<blocks, threads, 0, stream>>>(x, w, n, k, y);
+      break;
+    case 6:
+      gemv_kernel<6, Out><<<blocks, threads, 0, stream>>>(x, w, n, k, y);
+      break;
+    case 7:
+      gemv_kernel<7, Out><<<blocks, threads, 0, stream>>>(x, w, n, k, y);
+      break;
+    default:
+      gemv_kernel<8, Out><<<blocks, threads, 0, stream>>>(x, w, n, k, y);
+      break;
   }
 }
 

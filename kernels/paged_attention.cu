@@ -13,15 +13,11 @@ constexpr int kMaxDim = 256;
 // One block per (query token, query head). Scores: thread j of a tile computes key j's dot
 // product with 16-byte loads of its K row. Values: thread d accumulates output dim d over the
 // tile's keys (coalesced V rows).
-__global__ void __launch_bounds__(kThreads)
-    paged_attention_kernel(const __nv_bfloat16* __restrict__ q,
-                           const __nv_bfloat16* __restrict__ k_cache,
-                           const __nv_bfloat16* __restrict__ v_cache,
-                           const int32_t* __restrict__ token_seq,
-                           const int32_t* __restrict__ positions,
-                           const int32_t* __restrict__ seq_page_start,
-                           const int32_t* __restrict__ page_ids, PagedAttentionShape s,
-                           __nv_bfloat16* __restrict__ out) {
+__global__ void __launch_bounds__(kThreads) paged_attention_kernel(
+    const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k_cache,
+    const __nv_bfloat16* __restrict__ v_cache, const int32_t* __restrict__ token_seq,
+    const int32_t* __restrict__ positions, const int32_t* __restrict__ seq_page_start,
+    const int32_t* __restrict__ page_ids, PagedAttentionShape s, __nv_bfloat16* __restrict__ out) {
   __shared__ __align__(16) float q_s[kMaxDim];
   __shared__ float p_s[kTile];
   __shared__ const __nv_bfloat16* v_row_s[kTile];
@@ -47,8 +43,8 @@ __global__ void __launch_bounds__(kThreads)
     float score = -INFINITY;
     if (key < num_keys) {
       const int64_t page = pages[key / s.page_size];
-      const int64_t base = (page * s.num_kv_heads + kvh) * head_stride +
-                           int64_t(key % s.page_size) * D;
+      const int64_t base =
+          (page * s.num_kv_heads + kvh) * head_stride + int64_t(key % s.page_size) * D;
       const uint4* k4 = reinterpret_cast<const uint4*>(k_cache + base);
       float dot = 0.0f;
       for (int c = 0; c < D / 8; ++c) {
@@ -93,13 +89,13 @@ __global__ void __launch_bounds__(kThreads)
 void launch_paged_attention(const __nv_bfloat16* q, const __nv_bfloat16* k_cache,
                             const __nv_bfloat16* v_cache, const int32_t* token_seq,
                             const int32_t* positions, const int32_t* seq_page_start,
-                            const int32_t* page_ids, PagedAttentionShape shape,
-                            __nv_bfloat16* out, cudaStream_t stream) {
+                            const int32_t* page_ids, PagedAttentionShape shape, __nv_bfloat16* out,
+                            cudaStream_t stream) {
   if (shape.num_tokens == 0) return;
   if (shape.head_dim > kMaxDim || shape.head_dim % 8 != 0 ||
       shape.num_heads % shape.num_kv_heads != 0) {
-    std::fprintf(stderr, "paged_attention: unsupported head_dim %d / heads %d/%d\n",
-                 shape.head_dim, shape.num_heads, shape.num_kv_heads);
+    std::fprintf(stderr, "paged_attention: unsupported head_dim %d / heads %d/%d\n", shape.head_dim,
+                 shape.num_heads, shape.num_kv_heads);
     std::abort();
   }
   paged_attention_kernel<<<dim3(shape.num_tokens, shape.num_heads), kThreads, 0, stream>>>(

@@ -21,11 +21,11 @@ struct PagedAttentionShape {
   float scale = 0.0f;  // 1 / sqrt(head_dim)
 };
 
-void launch_paged_attention(const __nv_bfloat16* q,        // [T, H * D] in
-                            const __nv_bfloat16* k_cache,  // layer's K pages (rope_kv.cuh layout)
-                            const __nv_bfloat16* v_cache,  // layer's V pages
-                            const int32_t* token_seq,      // [T] in: sequence of each token
-                            const int32_t* positions,      // [T] in: absolute position
+void launch_paged_attention(const __nv_bfloat16* q,         // [T, H * D] in
+                            const __nv_bfloat16* k_cache,   // layer's K pages (rope_kv.cuh layout)
+                            const __nv_bfloat16* v_cache,   // layer's V pages
+                            const int32_t* token_seq,       // [T] in: sequence of each token
+                            const int32_t* positions,       // [T] in: absolute position
                             const int32_t* seq_page_start,  // [S] in: offset into page_ids
                             const int32_t* page_ids,        // [sum of pages] in
                             PagedAttentionShape shape,

@@ -55,11 +55,9 @@ void launch_add_rmsnorm(float* residual, const __nv_bfloat16* delta, const float
   if (per <= 8) {
     add_rmsnorm_kernel<8><<<rows, kThreads, 0, stream>>>(residual, delta, weight, width, eps, out);
   } else if (per <= 16) {
-    add_rmsnorm_kernel<16><<<rows, kThreads, 0, stream>>>(residual, delta, weight, width, eps,
-                                                          out);
+    add_rmsnorm_kernel<16><<<rows, kThreads, 0, stream>>>(residual, delta, weight, width, eps, out);
   } else {
-    add_rmsnorm_kernel<32><<<rows, kThreads, 0, stream>>>(residual, delta, weight, width, eps,
-                                                          out);
+    add_rmsnorm_kernel<32><<<rows, kThreads, 0, stream>>>(residual, delta, weight, width, eps, out);
   }
   TANDEM_CUDA_CHECK_LAUNCH();
 }

@@ -6,13 +6,11 @@ namespace tandem::kernels {
 namespace {
 
 // One block per token; each thread takes (head, pair) items: pair i rotates dims i and i + D/2.
-__global__ void rope_kv_kernel(const __nv_bfloat16* __restrict__ qkv,
-                               const float* __restrict__ bias,
-                               const int32_t* __restrict__ positions,
-                               const int32_t* __restrict__ slots,
-                               const float* __restrict__ inv_freq, RopeKvShape s,
-                               __nv_bfloat16* __restrict__ q_out, __nv_bfloat16* __restrict__ k_cache,
-                               __nv_bfloat16* __restrict__ v_cache) {
+__global__ void rope_kv_kernel(
+    const __nv_bfloat16* __restrict__ qkv, const float* __restrict__ bias,
+    const int32_t* __restrict__ positions, const int32_t* __restrict__ slots,
+    const float* __restrict__ inv_freq, RopeKvShape s, __nv_bfloat16* __restrict__ q_out,
+    __nv_bfloat16* __restrict__ k_cache, __nv_bfloat16* __restrict__ v_cache) {
   const int t = blockIdx.x;
   const int D = s.head_dim, half = D / 2;
   const int width = (s.num_heads + 2 * s.num_kv_heads) * D;
@@ -59,8 +57,8 @@ void launch_rope_kv_write(const __nv_bfloat16* qkv, const float* bias, const int
                           __nv_bfloat16* q_out, __nv_bfloat16* k_cache, __nv_bfloat16* v_cache,
                           cudaStream_t stream) {
   if (shape.num_tokens == 0) return;
-  rope_kv_kernel<<<shape.num_tokens, 256, 0, stream>>>(qkv, bias, positions, slots, inv_freq,
-                                                       shape, q_out, k_cache, v_cache);
+  rope_kv_kernel<<<shape.num_tokens, 256, 0, stream>>>(qkv, bias, positions, slots, inv_freq, shape,
+                                                       q_out, k_cache, v_cache);
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 

@@ -19,8 +19,8 @@ __global__ void silu_mul_kernel(const __nv_bfloat16* __restrict__ gate_up, int32
 
 }  // namespace
 
-void launch_silu_mul(const __nv_bfloat16* gate_up, int32_t rows, int32_t width,
-                     __nv_bfloat16* out, cudaStream_t stream) {
+void launch_silu_mul(const __nv_bfloat16* gate_up, int32_t rows, int32_t width, __nv_bfloat16* out,
+                     cudaStream_t stream) {
   if (rows == 0) return;
   const int blocks_x = (width + 255) / 256;
   silu_mul_kernel<<<dim3(blocks_x, rows), 256, 0, stream>>>(gate_up, width, out);

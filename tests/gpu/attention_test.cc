@@ -120,9 +120,9 @@ void run_case(const Case& c) {
     dout.poison();
     kernels::launch_rope_kv_write(dqkv.p, dbias.p, dpos.p, dslots.p, dinv.p,
                                   kernels::RopeKvShape{T, H, KVH, D, P}, dq.p, dk.p, dv.p, nullptr);
-    kernels::launch_paged_attention(
-        dq.p, dk.p, dv.p, dseq.p, dpos.p, dstart.p, dpages.p,
-        kernels::PagedAttentionShape{T, H, KVH, D, P, float(scale)}, dout.p, nullptr);
+    kernels::launch_paged_attention(dq.p, dk.p, dv.p, dseq.p, dpos.p, dstart.p, dpages.p,
+                                    kernels::PagedAttentionShape{T, H, KVH, D, P, float(scale)},
+                                    dout.p, nullptr);
     return to_f32(dout.get<uint16_t>());
   };
   const auto out = run();

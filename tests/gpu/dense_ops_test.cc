@@ -71,8 +71,8 @@ TEST_CASE("gemv and cuBLASLt GEMM match fp64 on awkward shapes, bf16 and fp32 ou
 }
 
 TEST_CASE("add_rmsnorm: residual add in fp32, normalised bf16 output") {
-  for (auto [rows, width] : {std::pair{1, 64}, std::pair{3, 1000}, std::pair{17, 3584},
-                             std::pair{2, 8192}}) {
+  for (auto [rows, width] :
+       {std::pair{1, 64}, std::pair{3, 1000}, std::pair{17, 3584}, std::pair{2, 8192}}) {
     CAPTURE(rows);
     CAPTURE(width);
     const float eps = 1e-6f;
@@ -104,8 +104,8 @@ TEST_CASE("add_rmsnorm: residual add in fp32, normalised bf16 output") {
       CHECK(rel_error(dres.get<float>(), ref_res) < 1e-6);
       Dev<float> dres2(res);
       Dev<__nv_bfloat16> dout2(res.size());
-      kernels::launch_add_rmsnorm(dres2.p, with_delta ? ddelta.p : nullptr, dw.p, rows, width,
-                                  eps, dout2.p, nullptr);
+      kernels::launch_add_rmsnorm(dres2.p, with_delta ? ddelta.p : nullptr, dw.p, rows, width, eps,
+                                  dout2.p, nullptr);
       const auto out2 = to_f32(dout2.get<uint16_t>());
       CHECK(same_bits(out.data(), out2.data(), out.size() * 4));
     }

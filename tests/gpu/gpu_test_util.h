@@ -43,7 +43,9 @@ template <typename T>
 struct Dev {
   T* p = nullptr;
   size_t n = 0;
-  explicit Dev(size_t count) : n(count) { TANDEM_CUDA_CHECK(cudaMalloc(&p, count * sizeof(T) + 16)); }
+  explicit Dev(size_t count) : n(count) {
+    TANDEM_CUDA_CHECK(cudaMalloc(&p, count * sizeof(T) + 16));
+  }
   template <typename H>
   explicit Dev(const std::vector<H>& host) : Dev(host.size()) {
     static_assert(sizeof(H) == sizeof(T));

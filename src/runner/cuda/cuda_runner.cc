@@ -20,7 +20,7 @@
 namespace tandem {
 namespace {
 
-constexpr int32_t kMaxGraphBatch = 256;  // decode batches captured as graphs
+constexpr int32_t kMaxGraphBatch = 256;            // decode batches captured as graphs
 constexpr int64_t kActivationSlack = 256ll << 20;  // cuBLASLt, graphs, allocator rounding
 
 }  // namespace
@@ -96,9 +96,8 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig& config
   r->sample_rows_ = DeviceBuffer(size_t(L * 4));
   r->sampled_ = DeviceBuffer(size_t(L * 4));
   r->sample_host_ = PinnedBuffer(size_t(2 * L * 4));
-  r->plan_.activation_bytes =
-      T * H * 4 + T * H * 2 * 2 + T * QKV * 2 + T * QD * 2 * 2 + T * I * 2 * 3 + L * H * 2 +
-      L * config.vocab_size * 4;
+  r->plan_.activation_bytes = T * H * 4 + T * H * 2 * 2 + T * QKV * 2 + T * QD * 2 * 2 +
+                              T * I * 2 * 3 + L * H * 2 + L * config.vocab_size * 4;
   r->plan_.workspace_bytes = int64_t(r->gemm_->workspace_bytes());
 
   // KV pool: what is asked, or what utilization leaves after everything else.
@@ -145,8 +144,7 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig& config
                "activations %.2f GB, workspace %.0f MB, free %.2f of %.2f GB\n",
                device, double(r->plan_.weights_bytes) / 1e9, double(r->plan_.kv_bytes) / 1e9,
                r->num_pages_, r->page_size_, double(r->plan_.activation_bytes) / 1e9,
-               double(r->plan_.workspace_bytes) / 1e6, double(free_b) / 1e9,
-               double(total_b) / 1e9);
+               double(r->plan_.workspace_bytes) / 1e6, double(free_b) / 1e9, double(total_b) / 1e9);
   return r;
 }
 
@@ -209,8 +207,8 @@ void CudaRunner::forward(const ForwardBatch& batch) {
     m[off_logit_rows_ + i] = batch.logit_rows[size_t(i)];
   }
   const size_t meta_bytes = size_t(off_page_ids_ + refs) * 4;
-  TANDEM_CUDA_CHECK(cudaMemcpyAsync(meta_dev_.as<int32_t>(), m, meta_bytes,
-                                    cudaMemcpyHostToDevice, stream_));
+  TANDEM_CUDA_CHECK(
+      cudaMemcpyAsync(meta_dev_.as<int32_t>(), m, meta_bytes, cudaMemcpyHostToDevice, stream_));
   num_logits_ = L;
   if (T == 0) return;
 
@@ -250,8 +248,8 @@ void CudaRunner::run_model(int32_t T, int32_t L) {
   for (int32_t li = 0; li < int32_t(c.num_layers); ++li) {
     const DeviceLayer& w = weights_.layers[size_t(li)];
     // The previous layer's MLP output joins the residual here.
-    kernels::launch_add_rmsnorm(residual, li == 0 ? nullptr : delta, w.input_norm.as<float>(), T,
-                                H, eps, normed, stream_);
+    kernels::launch_add_rmsnorm(residual, li == 0 ? nullptr : delta, w.input_norm.as<float>(), T, H,
+                                eps, normed, stream_);
     linear(normed, w.qkv.as<__nv_bfloat16>(), T, QKV, H, qkv_.ptr(), false);
     __nv_bfloat16* kc = k_cache_.as<__nv_bfloat16>() + li * layer_kv;
     __nv_bfloat16* vc = v_cache_.as<__nv_bfloat16>() + li * layer_kv;
@@ -268,8 +266,7 @@ void CudaRunner::run_model(int32_t T, int32_t L) {
     kernels::launch_add_rmsnorm(residual, delta, w.post_attn_norm.as<float>(), T, H, eps, normed,
                                 stream_);
     linear(normed, w.gate_up.as<__nv_bfloat16>(), T, 2 * I, H, gate_up_.ptr(), false);
-    kernels::launch_silu_mul(gate_up_.as<__nv_bfloat16>(), T, I, act_.as<__nv_bfloat16>(),
-                             stream_);
+    kernels::launch_silu_mul(gate_up_.as<__nv_bfloat16>(), T, I, act_.as<__nv_bfloat16>(), stream_);
     linear(act_.as<__nv_bfloat16>(), w.down.as<__nv_bfloat16>(), T, H, I, delta, false);
   }
   kernels::launch_add_rmsnorm(residual, delta, weights_.final_norm.as<float>(), T, H, eps, normed,
@@ -306,8 +303,8 @@ void CudaRunner::sample(std::span<const SampleRequest> requests, std::span<int32
                                       cudaMemcpyHostToDevice, stream_));
     kernels::launch_argmax_rows(logits_.as<float>(), sample_rows_.as<int32_t>(), n, int32_t(V),
                                 valid, sampled_.as<int32_t>(), stream_);
-    TANDEM_CUDA_CHECK(cudaMemcpyAsync(ids_host, sampled_.ptr(), size_t(n) * 4,
-                                      cudaMemcpyDeviceToHost, stream_));
+    TANDEM_CUDA_CHECK(
+        cudaMemcpyAsync(ids_host, sampled_.ptr(), size_t(n) * 4, cudaMemcpyDeviceToHost, stream_));
   }
   std::vector<float> row;
   size_t g = 0;

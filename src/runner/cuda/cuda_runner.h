@@ -78,16 +78,16 @@ class CudaRunner final : public ModelRunner {
   int32_t off_logit_rows_ = 0, off_seq_page_start_ = 0, off_page_ids_ = 0;
 
   // Activations.
-  DeviceBuffer residual_;   // [max_tokens, hidden] fp32
-  DeviceBuffer normed_;     // [max_tokens, hidden] bf16
-  DeviceBuffer qkv_;        // [max_tokens, (H + 2*KVH) * D] bf16
-  DeviceBuffer q_;          // [max_tokens, H * D] bf16
-  DeviceBuffer attn_;       // [max_tokens, H * D] bf16
-  DeviceBuffer delta_;      // [max_tokens, hidden] bf16
-  DeviceBuffer gate_up_;    // [max_tokens, 2 * intermediate] bf16
-  DeviceBuffer act_;        // [max_tokens, intermediate] bf16
-  DeviceBuffer picked_;     // [max_logits, hidden] bf16
-  DeviceBuffer logits_;     // [max_logits, vocab] fp32
+  DeviceBuffer residual_;     // [max_tokens, hidden] fp32
+  DeviceBuffer normed_;       // [max_tokens, hidden] bf16
+  DeviceBuffer qkv_;          // [max_tokens, (H + 2*KVH) * D] bf16
+  DeviceBuffer q_;            // [max_tokens, H * D] bf16
+  DeviceBuffer attn_;         // [max_tokens, H * D] bf16
+  DeviceBuffer delta_;        // [max_tokens, hidden] bf16
+  DeviceBuffer gate_up_;      // [max_tokens, 2 * intermediate] bf16
+  DeviceBuffer act_;          // [max_tokens, intermediate] bf16
+  DeviceBuffer picked_;       // [max_logits, hidden] bf16
+  DeviceBuffer logits_;       // [max_logits, vocab] fp32
   DeviceBuffer sample_rows_;  // [max_logits] int32
   DeviceBuffer sampled_;      // [max_logits] int32
   PinnedBuffer sample_host_;  // [2 * max_logits] int32: rows in, tokens out

@@ -25,9 +25,17 @@ void convert(const TensorView& t, int64_t first, int64_t count, bool to_f32, std
     const std::byte* src = t.data + (first + i) * int64_t(dtype_size(t.dtype));
     uint16_t h = 0;
     switch (t.dtype) {
-      case DType::kF32: std::memcpy(&v, src, 4); break;
-      case DType::kF16: std::memcpy(&h, src, 2); v = f16_to_f32(h); break;
-      default: std::memcpy(&h, src, 2); v = bf16_to_f32(h); break;
+      case DType::kF32:
+        std::memcpy(&v, src, 4);
+        break;
+      case DType::kF16:
+        std::memcpy(&h, src, 2);
+        v = f16_to_f32(h);
+        break;
+      default:
+        std::memcpy(&h, src, 2);
+        v = bf16_to_f32(h);
+        break;
     }
     if (to_f32) {
       std::memcpy(dst + i * 4, &v, 4);
@@ -66,8 +74,8 @@ class Uploader {
         } else {
           convert(*t, first, count, to_f32, staging_.as<std::byte>());
         }
-        TANDEM_CUDA_CHECK(
-            cudaMemcpy(out, staging_.as<std::byte>(), size_t(count) * esize, cudaMemcpyHostToDevice));
+        TANDEM_CUDA_CHECK(cudaMemcpy(out, staging_.as<std::byte>(), size_t(count) * esize,
+                                     cudaMemcpyHostToDevice));
         out += count * int64_t(esize);
         done_ += count * int64_t(esize);
         report();
@@ -87,8 +95,8 @@ class Uploader {
     if (pct == last_pct_) return;
     last_pct_ = pct;
     const int bar = pct / 5;
-    std::fprintf(stderr, "\rloading weights [%.*s%*s] %3d%% (%.2f GB)", bar,
-                 "####################", 20 - bar, "", pct, double(done_) / 1e9);
+    std::fprintf(stderr, "\rloading weights [%.*s%*s] %3d%% (%.2f GB)", bar, "####################",
+                 20 - bar, "", pct, double(done_) / 1e9);
   }
 
   PinnedBuffer staging_;
@@ -109,8 +117,8 @@ Result<DeviceWeights> upload_weights(const ModelConfig& config, const ModelWeigh
   add(w.embed_tokens, 2);
   if (w.lm_head != w.embed_tokens) add(w.lm_head, 2);
   for (const LayerWeights& l : w.layers) {
-    for (const TensorView* t : {l.q_proj, l.k_proj, l.v_proj, l.o_proj, l.gate_proj, l.up_proj,
-                                l.down_proj})
+    for (const TensorView* t :
+         {l.q_proj, l.k_proj, l.v_proj, l.o_proj, l.gate_proj, l.up_proj, l.down_proj})
       add(t, 2);
     for (const TensorView* t : {l.q_bias, l.k_bias, l.v_bias, l.input_norm, l.post_attn_norm})
       add(t, 4);

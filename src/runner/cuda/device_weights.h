@@ -15,17 +15,17 @@
 namespace tandem {
 
 struct DeviceLayer {
-  DeviceBuffer qkv;        // [(H + 2*KVH) * D, hidden] bf16
-  DeviceBuffer qkv_bias;   // [(H + 2*KVH) * D] fp32, or empty
-  DeviceBuffer o;          // [hidden, H * D] bf16
-  DeviceBuffer gate_up;    // [2 * intermediate, hidden] bf16
-  DeviceBuffer down;       // [hidden, intermediate] bf16
+  DeviceBuffer qkv;             // [(H + 2*KVH) * D, hidden] bf16
+  DeviceBuffer qkv_bias;        // [(H + 2*KVH) * D] fp32, or empty
+  DeviceBuffer o;               // [hidden, H * D] bf16
+  DeviceBuffer gate_up;         // [2 * intermediate, hidden] bf16
+  DeviceBuffer down;            // [hidden, intermediate] bf16
   DeviceBuffer input_norm;      // [hidden] fp32
   DeviceBuffer post_attn_norm;  // [hidden] fp32
 };
 
 struct DeviceWeights {
-  DeviceBuffer embed;  // [vocab, hidden] bf16
+  DeviceBuffer embed;        // [vocab, hidden] bf16
   DeviceBuffer lm_head_own;  // [vocab, hidden] bf16; empty when tied to embed
   DeviceBuffer final_norm;   // [hidden] fp32
   std::vector<DeviceLayer> layers;
