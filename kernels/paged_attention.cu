@@ -47,6 +47,7 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(
           (page * s.num_kv_heads + kvh) * head_stride + int64_t(key % s.page_size) * D;
       const uint4* k4 = reinterpret_cast<const uint4*>(k_cache + base);
       float dot = 0.0f;
+#pragma unroll 4
       for (int c = 0; c < D / 8; ++c) {
         const uint4 raw = k4[c];
         const __nv_bfloat162* k2 = reinterpret_cast<const __nv_bfloat162*>(&raw);
@@ -70,6 +71,7 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(
     acc1 *= corr;
     m = m_new;
     const int n = min(kTile, num_keys - tile);
+#pragma unroll 8
     for (int j = 0; j < n; ++j) {
       const float pj = p_s[j];
       const __nv_bfloat16* vr = v_row_s[j];

@@ -1,16 +1,19 @@
 #include "rmsnorm.cuh"
 
+#include <algorithm>
+
 #include "block_reduce.cuh"
 #include "cuda_check.cuh"
 
 namespace tandem::kernels {
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int kMaxPerThread = 32;  // width <= 8192 keeps the row in registers
+constexpr int kMaxThreads = 1024;
+// A row is latency-bound at decode sizes (one block per row): spread it over up to 1024 threads,
+// 4-8 elements each, kept in registers between the two passes.
 
 template <int kPerThread>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kMaxThreads)
     add_rmsnorm_kernel(float* __restrict__ residual, const __nv_bfloat16* __restrict__ delta,
                        const float* __restrict__ weight, int32_t width, float eps,
                        __nv_bfloat16* __restrict__ out) {
@@ -20,7 +23,7 @@ __global__ void __launch_bounds__(kThreads)
   float ss = 0.0f;
 #pragma unroll
   for (int i = 0; i < kPerThread; ++i) {
-    const int c = threadIdx.x + i * kThreads;
+    const int c = threadIdx.x + i * int(blockDim.x);
     v[i] = 0.0f;
     if (c < width) {
       float x = residual[base + c];
@@ -36,7 +39,7 @@ __global__ void __launch_bounds__(kThreads)
   const float inv = rsqrtf(ss / float(width) + eps);
 #pragma unroll
   for (int i = 0; i < kPerThread; ++i) {
-    const int c = threadIdx.x + i * kThreads;
+    const int c = threadIdx.x + i * int(blockDim.x);
     if (c < width) out[base + c] = __float2bfloat16(v[i] * inv * weight[c]);
   }
 }
@@ -47,17 +50,17 @@ void launch_add_rmsnorm(float* residual, const __nv_bfloat16* delta, const float
                         int32_t rows, int32_t width, float eps, __nv_bfloat16* out,
                         cudaStream_t stream) {
   if (rows == 0) return;
-  if (width > kThreads * kMaxPerThread) {
-    std::fprintf(stderr, "add_rmsnorm: width %d over %d\n", width, kThreads * kMaxPerThread);
+  if (width > kMaxThreads * 8) {
+    std::fprintf(stderr, "add_rmsnorm: width %d over %d\n", width, kMaxThreads * 8);
     std::abort();
   }
-  const int per = (width + kThreads - 1) / kThreads;
-  if (per <= 8) {
-    add_rmsnorm_kernel<8><<<rows, kThreads, 0, stream>>>(residual, delta, weight, width, eps, out);
-  } else if (per <= 16) {
-    add_rmsnorm_kernel<16><<<rows, kThreads, 0, stream>>>(residual, delta, weight, width, eps, out);
+  if (width <= kMaxThreads * 4) {
+    const int threads = std::max(32, ((width + 3) / 4 + 31) / 32 * 32);
+    add_rmsnorm_kernel<4><<<rows, std::min(threads, kMaxThreads), 0, stream>>>(
+        residual, delta, weight, width, eps, out);
   } else {
-    add_rmsnorm_kernel<32><<<rows, kThreads, 0, stream>>>(residual, delta, weight, width, eps, out);
+    add_rmsnorm_kernel<8>
+        <<<rows, kMaxThreads, 0, stream>>>(residual, delta, weight, width, eps, out);
   }
   TANDEM_CUDA_CHECK_LAUNCH();
 }

@@ -5,49 +5,43 @@
 namespace tandem::kernels {
 namespace {
 
-// One block per token; each thread takes (head, pair) items: pair i rotates dims i and i + D/2.
+// One block per (token, q or k head), D/2 threads: thread i rotates dims i and i + D/2. The k
+// head blocks also copy that head's V. At decode a block per token left 131 SMs idle.
 __global__ void rope_kv_kernel(
     const __nv_bfloat16* __restrict__ qkv, const float* __restrict__ bias,
     const int32_t* __restrict__ positions, const int32_t* __restrict__ slots,
     const float* __restrict__ inv_freq, RopeKvShape s, __nv_bfloat16* __restrict__ q_out,
     __nv_bfloat16* __restrict__ k_cache, __nv_bfloat16* __restrict__ v_cache) {
-  const int t = blockIdx.x;
+  const int t = blockIdx.x, h = blockIdx.y, i = threadIdx.x;
   const int D = s.head_dim, half = D / 2;
   const int width = (s.num_heads + 2 * s.num_kv_heads) * D;
   const __nv_bfloat16* row = qkv + int64_t(t) * width;
-  const float pos = float(positions[t]);
   const int64_t slot = slots[t];
   const int64_t page = slot / s.page_size, off = slot % s.page_size;
   auto in = [&](int c) {
-    float x = __bfloat162float(row[c]);
+    const float x = __bfloat162float(row[c]);
     return bias != nullptr ? x + bias[c] : x;
   };
-  auto kv_index = [&](int h, int d) {
-    return ((page * s.num_kv_heads + h) * s.page_size + off) * D + d;
+  auto kv_index = [&](int kh, int d) {
+    return ((page * s.num_kv_heads + kh) * s.page_size + off) * D + d;
   };
-  // q and k: rotate
-  const int rot_items = (s.num_heads + s.num_kv_heads) * half;
-  for (int item = threadIdx.x; item < rot_items; item += blockDim.x) {
-    const int h = item / half, i = item % half;
-    float sn, cs;
-    sincosf(pos * inv_freq[i], &sn, &cs);
-    const int c = h * D + i;
-    const float x1 = in(c), x2 = in(c + half);
-    const float y1 = x1 * cs - x2 * sn, y2 = x2 * cs + x1 * sn;
-    if (h < s.num_heads) {
-      q_out[int64_t(t) * s.num_heads * D + c] = __float2bfloat16(y1);
-      q_out[int64_t(t) * s.num_heads * D + c + half] = __float2bfloat16(y2);
-    } else {
-      const int kh = h - s.num_heads;
-      k_cache[kv_index(kh, i)] = __float2bfloat16(y1);
-      k_cache[kv_index(kh, i + half)] = __float2bfloat16(y2);
-    }
+  if (i >= half) return;
+  float sn, cs;
+  sincosf(float(positions[t]) * inv_freq[i], &sn, &cs);
+  const int c = h * D + i;
+  const float x1 = in(c), x2 = in(c + half);
+  const float y1 = x1 * cs - x2 * sn, y2 = x2 * cs + x1 * sn;
+  if (h < s.num_heads) {
+    q_out[int64_t(t) * s.num_heads * D + c] = __float2bfloat16(y1);
+    q_out[int64_t(t) * s.num_heads * D + c + half] = __float2bfloat16(y2);
+    return;
   }
-  // v: copy
-  const int v_base = (s.num_heads + s.num_kv_heads) * D;
-  for (int item = threadIdx.x; item < s.num_kv_heads * D; item += blockDim.x) {
-    v_cache[kv_index(item / D, item % D)] = __float2bfloat16(in(v_base + item));
-  }
+  const int kh = h - s.num_heads;
+  k_cache[kv_index(kh, i)] = __float2bfloat16(y1);
+  k_cache[kv_index(kh, i + half)] = __float2bfloat16(y2);
+  const int v_col = (s.num_heads + s.num_kv_heads) * D + kh * D;
+  v_cache[kv_index(kh, i)] = __float2bfloat16(in(v_col + i));
+  v_cache[kv_index(kh, i + half)] = __float2bfloat16(in(v_col + i + half));
 }
 
 }  // namespace
@@ -57,8 +51,10 @@ void launch_rope_kv_write(const __nv_bfloat16* qkv, const float* bias, const int
                           __nv_bfloat16* q_out, __nv_bfloat16* k_cache, __nv_bfloat16* v_cache,
                           cudaStream_t stream) {
   if (shape.num_tokens == 0) return;
-  rope_kv_kernel<<<shape.num_tokens, 256, 0, stream>>>(qkv, bias, positions, slots, inv_freq, shape,
-                                                       q_out, k_cache, v_cache);
+  const dim3 grid(shape.num_tokens, shape.num_heads + shape.num_kv_heads);
+  const int threads = (shape.head_dim / 2 + 31) / 32 * 32;
+  rope_kv_kernel<<<grid, threads, 0, stream>>>(qkv, bias, positions, slots, inv_freq, shape, q_out,
+                                               k_cache, v_cache);
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 
