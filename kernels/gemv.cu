@@ -20,29 +20,7 @@ __device__ __forceinline__ void fma8(float& acc, const uint4& w, const uint4& x)
   }
 }
 
-// 8 inputs of row t at column group c: plain x, or silu(gate) * up rounded to bf16 exactly as
-// launch_silu_mul would store it, so the fused and unfused paths give the same bits.
-template <bool kSwiGLU>
-__device__ __forceinline__ uint4 load_x(const uint4* __restrict__ x4, int t, int k8, int c) {
-  if constexpr (!kSwiGLU) {
-    return __ldg(x4 + t * k8 + c);
-  } else {
-    const uint4 g = __ldg(x4 + t * 2 * k8 + c), u = __ldg(x4 + t * 2 * k8 + k8 + c);
-    const __nv_bfloat162* g2 = reinterpret_cast<const __nv_bfloat162*>(&g);
-    const __nv_bfloat162* u2 = reinterpret_cast<const __nv_bfloat162*>(&u);
-    uint4 r;
-    __nv_bfloat162* r2 = reinterpret_cast<__nv_bfloat162*>(&r);
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const float2 gf = __bfloat1622float2(g2[j]), uf = __bfloat1622float2(u2[j]);
-      r2[j] = __floats2bfloat162_rn(gf.x / (1.0f + expf(-gf.x)) * uf.x,
-                                    gf.y / (1.0f + expf(-gf.y)) * uf.y);
-    }
-    return r;
-  }
-}
-
-template <int M, typename Out, bool kSwiGLU>
+template <int M, typename Out>
 __global__ void __launch_bounds__(kWarps * 32)
     gemv_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w, int32_t n,
                 int32_t k, Out* __restrict__ y) {
@@ -63,13 +41,13 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
 #pragma unroll
-      for (int t = 0; t < M; ++t) fma8(acc[t], wv[u], load_x<kSwiGLU>(x4, t, k8, c + 32 * u));
+      for (int t = 0; t < M; ++t) fma8(acc[t], wv[u], __ldg(x4 + t * k8 + c + 32 * u));
     }
   }
   for (; c < k8; c += 32) {
     const uint4 wv = __ldcs(w4 + c);
 #pragma unroll
-    for (int t = 0; t < M; ++t) fma8(acc[t], wv, load_x<kSwiGLU>(x4, t, k8, c));
+    for (int t = 0; t < M; ++t) fma8(acc[t], wv, __ldg(x4 + t * k8 + c));
   }
 #pragma unroll
   for (int t = 0; t < M; ++t) {
@@ -85,64 +63,53 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
-template <typename Out, bool kSwiGLU>
+template <typename Out>
 void dispatch(const __nv_bfloat16* x, const __nv_bfloat16* w, int32_t m, int32_t n, int32_t k,
               Out* y, cudaStream_t stream) {
   const int blocks = (n + kWarps - 1) / kWarps;
   const int threads = kWarps * 32;
   switch (m) {
     case 1:
-      gemv_kernel<1, Out, kSwiGLU><<<blocks, threads, 0, stream>>>(x, w, n, k, y);
+      gemv_kernel<1, Out><<<blocks, threads, 0, stream>>>(x, w, n, k, y);
       break;
     case 2:
-      gemv_kernel<2, Out, kSwiGLU><<<blocks, threads, 0, stream>>>(x, w, n, k, y);
+      gemv_kernel<2, Out><<<blocks, threads, 0, stream>>>(x, w, n, k, y);
       break;
     case 3:
-      gemv_kernel<3, Out, kSwiGLU><<<blocks, threads, 0, stream>>>(x, w, n, k, y);
+      gemv_kernel<3, Out><<<blocks, threads, 0, stream>>>(x, w, n, k, y);
       break;
     case 4:
-      gemv_kernel<4, Out, kSwiGLU><<<blocks, threads, 0, stream>>>(x, w, n, k, y);
+      gemv_kernel<4, Out><<<blocks, threads, 0, stream>>>(x, w, n, k, y);
       break;
     case 5:
-      gemv_kernel<5, Out, kSwiGLU><<<blocks, threads, 0, stream>>>(x, w, n, k, y);
+      gemv_kernel<5, Out><<<blocks, threads, 0, stream>>>(x, w, n, k, y);
       break;
     case 6:
-      gemv_kernel<6, Out, kSwiGLU><<<blocks, threads, 0, stream>>>(x, w, n, k, y);
+      gemv_kernel<6, Out><<<blocks, threads, 0, stream>>>(x, w, n, k, y);
       break;
     case 7:
-      gemv_kernel<7, Out, kSwiGLU><<<blocks, threads, 0, stream>>>(x, w, n, k, y);
+      gemv_kernel<7, Out><<<blocks, threads, 0, stream>>>(x, w, n, k, y);
       break;
     default:
-      gemv_kernel<8, Out, kSwiGLU><<<blocks, threads, 0, stream>>>(x, w, n, k, y);
+      gemv_kernel<8, Out><<<blocks, threads, 0, stream>>>(x, w, n, k, y);
       break;
   }
-}
-
-template <bool kSwiGLU>
-void launch(const __nv_bfloat16* x, const __nv_bfloat16* w, int32_t m, int32_t n, int32_t k,
-            void* y, bool out_f32, cudaStream_t stream) {
-  if (m < 1 || m > kGemvMaxTokens || k % 8 != 0) {
-    std::fprintf(stderr, "gemv: unsupported m=%d k=%d\n", m, k);
-    std::abort();
-  }
-  if (out_f32) {
-    dispatch<float, kSwiGLU>(x, w, m, n, k, static_cast<float*>(y), stream);
-  } else {
-    dispatch<__nv_bfloat16, kSwiGLU>(x, w, m, n, k, static_cast<__nv_bfloat16*>(y), stream);
-  }
-  TANDEM_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
 
 void launch_gemv(const __nv_bfloat16* x, const __nv_bfloat16* w, int32_t m, int32_t n, int32_t k,
                  void* y, bool out_f32, cudaStream_t stream) {
-  launch<false>(x, w, m, n, k, y, out_f32, stream);
-}
-
-void launch_gemv_swiglu(const __nv_bfloat16* gate_up, const __nv_bfloat16* w, int32_t m, int32_t n,
-                        int32_t k, void* y, bool out_f32, cudaStream_t stream) {
-  launch<true>(gate_up, w, m, n, k, y, out_f32, stream);
+  if (m < 1 || m > kGemvMaxTokens || k % 8 != 0) {
+    std::fprintf(stderr, "gemv: unsupported m=%d k=%d\n", m, k);
+    std::abort();
+  }
+  if (out_f32) {
+    dispatch(x, w, m, n, k, static_cast<float*>(y), stream);
+  } else {
+    dispatch(x, w, m, n, k, static_cast<__nv_bfloat16*>(y), stream);
+  }
+  TANDEM_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace tandem::kernels

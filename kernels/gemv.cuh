@@ -19,12 +19,4 @@ void launch_gemv(const __nv_bfloat16* x,  // [m, k] in
                  void* y,  // [m, n] out, bf16 or fp32
                  bool out_f32, cudaStream_t stream);
 
-// The MLP's down projection with SwiGLU fused into the input read: x = silu(gate) * up (rounded
-// to bf16, as launch_silu_mul stores it), so the [m, intermediate] activation never exists.
-void launch_gemv_swiglu(const __nv_bfloat16* gate_up,  // [m, 2 * k] in: gate | up
-                        const __nv_bfloat16* w,        // [n, k] in
-                        int32_t m, int32_t n, int32_t k,
-                        void* y,  // [m, n] out, bf16 or fp32
-                        bool out_f32, cudaStream_t stream);
-
 }  // namespace tandem::kernels

@@ -8,6 +8,7 @@
 
 #include "gpu_test_util.h"
 #include "kernels/paged_attention.cuh"
+#include "kernels/prefill_attention.cuh"
 #include "kernels/rope_kv.cuh"
 
 using namespace tandem;
@@ -132,6 +133,37 @@ void run_case(const Case& c) {
   CHECK(rel_error(out, oref) < 1e-2);
   const auto again = run();
   CHECK(same_bits(out.data(), again.data(), out.size() * 4));
+
+  // The tensor-core prefill kernel, over query tiles planned as the runner plans them.
+  if (D % 16 == 0 && D <= 128) {
+    std::vector<int32_t> tile_start, tile_len;
+    int q_start = 0;
+    for (auto [q, ctx] : c.seqs) {
+      for (int i = 0; i < q; i += kernels::kPrefillQueryTile) {
+        tile_start.push_back(q_start + i);
+        tile_len.push_back(std::min(kernels::kPrefillQueryTile, q - i));
+      }
+      q_start += q;
+    }
+    Dev<int32_t> dts(tile_start), dtl(tile_len);
+    auto run_prefill = [&] {
+      TANDEM_CUDA_CHECK(cudaMemcpy(dk.p, kc.data(), cache_n * 2, cudaMemcpyHostToDevice));
+      TANDEM_CUDA_CHECK(cudaMemcpy(dv.p, vc.data(), cache_n * 2, cudaMemcpyHostToDevice));
+      dq.poison();
+      dout.poison();
+      kernels::launch_rope_kv_write(dqkv.p, dbias.p, dpos.p, dslots.p, dinv.p,
+                                    kernels::RopeKvShape{T, H, KVH, D, P}, dq.p, dk.p, dv.p,
+                                    nullptr);
+      kernels::launch_prefill_attention(
+          dq.p, dk.p, dv.p, dts.p, dtl.p, int32_t(tile_start.size()), dseq.p, dpos.p, dstart.p,
+          dpages.p, kernels::PagedAttentionShape{T, H, KVH, D, P, float(scale)}, dout.p, nullptr);
+      return to_f32(dout.get<uint16_t>());
+    };
+    const auto pout = run_prefill();
+    CHECK(rel_error(pout, oref) < 1e-2);
+    const auto pagain = run_prefill();
+    CHECK(same_bits(pout.data(), pagain.data(), pout.size() * 4));
+  }
 }
 
 }  // namespace
@@ -157,5 +189,8 @@ TEST_CASE("rope_kv + paged attention: GQA 1/4/7, page sizes 1 and 16, chunks str
   }
   SUBCASE("3 sequences, chunk of 130 tokens crossing tiles") {
     run_case(Case{14, 2, 64, 16, {{130, 300}, {3, 3}, {1, 129}}});
+  }
+  SUBCASE("whole prompts of 200, 64 and 65 tokens, GQA 7, page size 1") {
+    run_case(Case{7, 1, 128, 1, {{200, 200}, {64, 64}, {65, 70}}});
   }
 }

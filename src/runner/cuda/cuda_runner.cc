@@ -11,6 +11,7 @@
 #include "kernels/embedding.cuh"
 #include "kernels/gemv.cuh"
 #include "kernels/paged_attention.cuh"
+#include "kernels/prefill_attention.cuh"
 #include "kernels/rmsnorm.cuh"
 #include "kernels/rope_kv.cuh"
 #include "kernels/silu_mul.cuh"
@@ -132,6 +133,9 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig& config
   section(r->off_slots_, r->max_tokens_);
   section(r->off_token_seq_, r->max_tokens_);
   section(r->off_logit_rows_, r->max_logits_);
+  r->max_tiles_ = r->max_tokens_ / kernels::kPrefillQueryTile + r->max_seqs_;
+  section(r->off_tile_start_, r->max_tiles_);
+  section(r->off_tile_len_, r->max_tiles_);
   section(r->off_seq_page_start_, r->max_seqs_);
   section(r->off_page_ids_, r->max_page_refs_);
   r->meta_host_ = PinnedBuffer(size_t(off) * 4);
@@ -206,6 +210,18 @@ void CudaRunner::forward(const ForwardBatch& batch) {
     TANDEM_CHECK(batch.logit_rows[size_t(i)] >= 0 && batch.logit_rows[size_t(i)] < T);
     m[off_logit_rows_ + i] = batch.logit_rows[size_t(i)];
   }
+  // Chunks of more than one token use the tensor-core prefill kernel over planned query tiles.
+  num_tiles_ = 0;
+  if (!decode_only && config_.head_dim % 16 == 0 && config_.head_dim <= 128) {
+    for (const SeqSlice& q : batch.seqs) {
+      for (int32_t i = 0; i < q.q_len; i += kernels::kPrefillQueryTile) {
+        m[off_tile_start_ + num_tiles_] = q.q_start + i;
+        m[off_tile_len_ + num_tiles_] = std::min(kernels::kPrefillQueryTile, q.q_len - i);
+        ++num_tiles_;
+      }
+    }
+    TANDEM_CHECK(num_tiles_ <= max_tiles_);
+  }
   const size_t meta_bytes = size_t(off_page_ids_ + refs) * 4;
   TANDEM_CUDA_CHECK(
       cudaMemcpyAsync(meta_dev_.as<int32_t>(), m, meta_bytes, cudaMemcpyHostToDevice, stream_));
@@ -257,25 +273,25 @@ void CudaRunner::run_model(int32_t T, int32_t L) {
         qkv_.as<__nv_bfloat16>(), w.qkv_bias.bytes() > 0 ? w.qkv_bias.as<float>() : nullptr,
         meta + off_positions_, meta + off_slots_, inv_freq_.as<float>(),
         kernels::RopeKvShape{T, NH, KVH, D, page_size_}, q_.as<__nv_bfloat16>(), kc, vc, stream_);
-    kernels::launch_paged_attention(
-        q_.as<__nv_bfloat16>(), kc, vc, meta + off_token_seq_, meta + off_positions_,
-        meta + off_seq_page_start_, meta + off_page_ids_,
-        kernels::PagedAttentionShape{T, NH, KVH, D, page_size_, 1.0f / std::sqrt(float(D))},
-        attn_.as<__nv_bfloat16>(), stream_);
+    const kernels::PagedAttentionShape attn_shape{T, NH,         KVH,
+                                                  D, page_size_, 1.0f / std::sqrt(float(D))};
+    if (num_tiles_ > 0) {
+      kernels::launch_prefill_attention(
+          q_.as<__nv_bfloat16>(), kc, vc, meta + off_tile_start_, meta + off_tile_len_, num_tiles_,
+          meta + off_token_seq_, meta + off_positions_, meta + off_seq_page_start_,
+          meta + off_page_ids_, attn_shape, attn_.as<__nv_bfloat16>(), stream_);
+    } else {
+      kernels::launch_paged_attention(q_.as<__nv_bfloat16>(), kc, vc, meta + off_token_seq_,
+                                      meta + off_positions_, meta + off_seq_page_start_,
+                                      meta + off_page_ids_, attn_shape, attn_.as<__nv_bfloat16>(),
+                                      stream_);
+    }
     linear(attn_.as<__nv_bfloat16>(), w.o.as<__nv_bfloat16>(), T, H, NH * D, delta, false);
     kernels::launch_add_rmsnorm(residual, delta, w.post_attn_norm.as<float>(), T, H, eps, normed,
                                 stream_);
     linear(normed, w.gate_up.as<__nv_bfloat16>(), T, 2 * I, H, gate_up_.ptr(), false);
-    if (T <= kernels::kGemvMaxTokens) {
-      // SwiGLU fused into the down projection's input read: one launch and one pass fewer.
-      kernels::launch_gemv_swiglu(gate_up_.as<__nv_bfloat16>(), w.down.as<__nv_bfloat16>(), T, H, I,
-                                  delta, false, stream_);
-    } else {
-      kernels::launch_silu_mul(gate_up_.as<__nv_bfloat16>(), T, I, act_.as<__nv_bfloat16>(),
-                               stream_);
-      gemm_->run(act_.as<__nv_bfloat16>(), w.down.as<__nv_bfloat16>(), T, H, I, delta, false,
-                 stream_);
-    }
+    kernels::launch_silu_mul(gate_up_.as<__nv_bfloat16>(), T, I, act_.as<__nv_bfloat16>(), stream_);
+    linear(act_.as<__nv_bfloat16>(), w.down.as<__nv_bfloat16>(), T, H, I, delta, false);
   }
   kernels::launch_add_rmsnorm(residual, delta, weights_.final_norm.as<float>(), T, H, eps, normed,
                               stream_);

@@ -71,11 +71,15 @@ class CudaRunner final : public ModelRunner {
 
   // Metadata, int32 sections at fixed offsets (so graphs see fixed pointers):
   // tokens, positions, slots, token_seq [max_tokens each]; logit_rows [max_logits];
-  // seq_page_start [max_seqs]; page_ids [max_page_refs].
+  // tile_start, tile_len [max_tiles]; seq_page_start [max_seqs]; page_ids [max_page_refs]
+  // (last, so one copy of a prefix carries a batch).
   PinnedBuffer meta_host_;
   DeviceBuffer meta_dev_;
   int32_t off_tokens_ = 0, off_positions_ = 0, off_slots_ = 0, off_token_seq_ = 0;
   int32_t off_logit_rows_ = 0, off_seq_page_start_ = 0, off_page_ids_ = 0;
+  // Prefill query tiles (launch_prefill_attention): start token and length of each.
+  int32_t off_tile_start_ = 0, off_tile_len_ = 0, max_tiles_ = 0;
+  int32_t num_tiles_ = 0;  // of the current forward; 0 = decode kernel
 
   // Activations.
   DeviceBuffer residual_;     // [max_tokens, hidden] fp32
