@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "gpu_test_util.h"
+#include "kernels/decode_attention.cuh"
 #include "kernels/paged_attention.cuh"
 #include "kernels/prefill_attention.cuh"
 #include "kernels/rope_kv.cuh"
@@ -133,6 +134,33 @@ void run_case(const Case& c) {
   CHECK(rel_error(out, oref) < 1e-2);
   const auto again = run();
   CHECK(same_bits(out.data(), again.data(), out.size() * 4));
+
+  // The split-K GQA decode kernel (it is causal by position, so any chunk works).
+  if (H / KVH <= kernels::kDecodeMaxGroup) {
+    Dev<float> partials(size_t(T) * H * kernels::kDecodeMaxSplits * (D + 2));
+    for (int splits : {1, 3, kernels::kDecodeMaxSplits}) {
+      CAPTURE(splits);
+      auto run_decode = [&] {
+        TANDEM_CUDA_CHECK(cudaMemcpy(dk.p, kc.data(), cache_n * 2, cudaMemcpyHostToDevice));
+        TANDEM_CUDA_CHECK(cudaMemcpy(dv.p, vc.data(), cache_n * 2, cudaMemcpyHostToDevice));
+        dq.poison();
+        dout.poison();
+        partials.poison();
+        kernels::launch_rope_kv_write(dqkv.p, dbias.p, dpos.p, dslots.p, dinv.p,
+                                      kernels::RopeKvShape{T, H, KVH, D, P}, dq.p, dk.p, dv.p,
+                                      nullptr);
+        kernels::launch_decode_attention(
+            dq.p, dk.p, dv.p, dseq.p, dpos.p, dstart.p, dpages.p,
+            kernels::PagedAttentionShape{T, H, KVH, D, P, float(scale)}, splits, partials.p, dout.p,
+            nullptr);
+        return to_f32(dout.get<uint16_t>());
+      };
+      const auto dout1 = run_decode();
+      CHECK(rel_error(dout1, oref) < 1e-2);
+      const auto dout2 = run_decode();
+      CHECK(same_bits(dout1.data(), dout2.data(), dout1.size() * 4));
+    }
+  }
 
   // The tensor-core prefill kernel, over query tiles planned as the runner plans them.
   if (D % 16 == 0 && D <= 128) {

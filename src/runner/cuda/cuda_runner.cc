@@ -8,6 +8,7 @@
 #include "core/check.h"
 #include "kernels/argmax.cuh"
 #include "kernels/cuda_check.cuh"
+#include "kernels/decode_attention.cuh"
 #include "kernels/embedding.cuh"
 #include "kernels/gemv.cuh"
 #include "kernels/paged_attention.cuh"
@@ -23,6 +24,7 @@ namespace {
 
 constexpr int32_t kMaxGraphBatch = 256;            // decode batches captured as graphs
 constexpr int64_t kActivationSlack = 256ll << 20;  // cuBLASLt, graphs, allocator rounding
+constexpr int64_t kDecodeSplitRows = 4096;         // tokens x splits the split-K scratch holds
 
 }  // namespace
 
@@ -94,6 +96,9 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig& config
   r->act_ = DeviceBuffer(size_t(T * I * 2));
   r->picked_ = DeviceBuffer(size_t(L * H * 2));
   r->logits_ = DeviceBuffer(size_t(L * config.vocab_size * 4));
+  r->attn_partials_ =
+      DeviceBuffer(size_t(kDecodeSplitRows * config.num_heads * (config.head_dim + 2) * 4));
+  TANDEM_CUDA_CHECK(cudaDeviceGetAttribute(&r->num_sms_, cudaDevAttrMultiProcessorCount, device));
   r->sample_rows_ = DeviceBuffer(size_t(L * 4));
   r->sampled_ = DeviceBuffer(size_t(L * 4));
   r->sample_host_ = PinnedBuffer(size_t(2 * L * 4));
@@ -222,6 +227,18 @@ void CudaRunner::forward(const ForwardBatch& batch) {
     }
     TANDEM_CHECK(num_tiles_ <= max_tiles_);
   }
+  // Decode batches: split the keys so that tokens x KV heads x splits fills the GPU twice over,
+  // but no slice is shorter than a tile of 128 keys.
+  decode_splits_ = 0;
+  if (decode_only && config_.num_heads / config_.num_kv_heads <= kernels::kDecodeMaxGroup) {
+    int32_t max_ctx = 1;
+    for (const SeqSlice& q : batch.seqs) max_ctx = std::max(max_ctx, q.context_len);
+    const int64_t blocks = std::max<int64_t>(1, int64_t(T) * config_.num_kv_heads);
+    int64_t splits = (2 * num_sms_ + blocks - 1) / blocks;
+    splits = std::min<int64_t>(splits, (max_ctx + 127) / 128);
+    splits = std::min<int64_t>(splits, kDecodeSplitRows / std::max(T, 1));
+    decode_splits_ = int32_t(std::clamp<int64_t>(splits, 1, kernels::kDecodeMaxSplits));
+  }
   const size_t meta_bytes = size_t(off_page_ids_ + refs) * 4;
   TANDEM_CUDA_CHECK(
       cudaMemcpyAsync(meta_dev_.as<int32_t>(), m, meta_bytes, cudaMemcpyHostToDevice, stream_));
@@ -229,7 +246,7 @@ void CudaRunner::forward(const ForwardBatch& batch) {
   if (T == 0) return;
 
   if (use_graphs_ && decode_only && T <= kMaxGraphBatch) {
-    const auto key = std::make_pair(T, L);
+    const auto key = std::make_tuple(T, L, decode_splits_);
     auto it = graphs_.find(key);
     if (it == graphs_.end()) {
       cudaGraph_t graph = nullptr;
@@ -280,6 +297,11 @@ void CudaRunner::run_model(int32_t T, int32_t L) {
           q_.as<__nv_bfloat16>(), kc, vc, meta + off_tile_start_, meta + off_tile_len_, num_tiles_,
           meta + off_token_seq_, meta + off_positions_, meta + off_seq_page_start_,
           meta + off_page_ids_, attn_shape, attn_.as<__nv_bfloat16>(), stream_);
+    } else if (decode_splits_ > 0) {
+      kernels::launch_decode_attention(
+          q_.as<__nv_bfloat16>(), kc, vc, meta + off_token_seq_, meta + off_positions_,
+          meta + off_seq_page_start_, meta + off_page_ids_, attn_shape, decode_splits_,
+          attn_partials_.as<float>(), attn_.as<__nv_bfloat16>(), stream_);
     } else {
       kernels::launch_paged_attention(q_.as<__nv_bfloat16>(), kc, vc, meta + off_token_seq_,
                                       meta + off_positions_, meta + off_seq_page_start_,

@@ -9,6 +9,7 @@
 
 #include <map>
 #include <memory>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -79,25 +80,29 @@ class CudaRunner final : public ModelRunner {
   int32_t off_logit_rows_ = 0, off_seq_page_start_ = 0, off_page_ids_ = 0;
   // Prefill query tiles (launch_prefill_attention): start token and length of each.
   int32_t off_tile_start_ = 0, off_tile_len_ = 0, max_tiles_ = 0;
-  int32_t num_tiles_ = 0;  // of the current forward; 0 = decode kernel
+  int32_t num_tiles_ = 0;      // of the current forward; 0 = decode kernel
+  int32_t decode_splits_ = 0;  // of the current forward; 0 = not a decode batch
+  int32_t num_sms_ = 1;
 
   // Activations.
-  DeviceBuffer residual_;     // [max_tokens, hidden] fp32
-  DeviceBuffer normed_;       // [max_tokens, hidden] bf16
-  DeviceBuffer qkv_;          // [max_tokens, (H + 2*KVH) * D] bf16
-  DeviceBuffer q_;            // [max_tokens, H * D] bf16
-  DeviceBuffer attn_;         // [max_tokens, H * D] bf16
-  DeviceBuffer delta_;        // [max_tokens, hidden] bf16
-  DeviceBuffer gate_up_;      // [max_tokens, 2 * intermediate] bf16
-  DeviceBuffer act_;          // [max_tokens, intermediate] bf16
-  DeviceBuffer picked_;       // [max_logits, hidden] bf16
-  DeviceBuffer logits_;       // [max_logits, vocab] fp32
-  DeviceBuffer sample_rows_;  // [max_logits] int32
-  DeviceBuffer sampled_;      // [max_logits] int32
-  PinnedBuffer sample_host_;  // [2 * max_logits] int32: rows in, tokens out
+  DeviceBuffer residual_;       // [max_tokens, hidden] fp32
+  DeviceBuffer normed_;         // [max_tokens, hidden] bf16
+  DeviceBuffer qkv_;            // [max_tokens, (H + 2*KVH) * D] bf16
+  DeviceBuffer q_;              // [max_tokens, H * D] bf16
+  DeviceBuffer attn_;           // [max_tokens, H * D] bf16
+  DeviceBuffer delta_;          // [max_tokens, hidden] bf16
+  DeviceBuffer gate_up_;        // [max_tokens, 2 * intermediate] bf16
+  DeviceBuffer act_;            // [max_tokens, intermediate] bf16
+  DeviceBuffer picked_;         // [max_logits, hidden] bf16
+  DeviceBuffer logits_;         // [max_logits, vocab] fp32
+  DeviceBuffer attn_partials_;  // [kDecodeSplitRows, H, D + 2] fp32: split-K decode states
+  DeviceBuffer sample_rows_;    // [max_logits] int32
+  DeviceBuffer sampled_;        // [max_logits] int32
+  PinnedBuffer sample_host_;    // [2 * max_logits] int32: rows in, tokens out
   int32_t num_logits_ = 0;
 
-  std::map<std::pair<int32_t, int32_t>, cudaGraphExec_t> graphs_;  // (tokens, logits)
+  std::map<std::tuple<int32_t, int32_t, int32_t>, cudaGraphExec_t> graphs_;  // tokens, logits,
+                                                                             // splits
 };
 
 }  // namespace tandem
