@@ -227,10 +227,13 @@ void CudaRunner::forward(const ForwardBatch& batch) {
     }
     TANDEM_CHECK(num_tiles_ <= max_tiles_);
   }
-  // Decode batches: split the keys so that tokens x KV heads x splits fills the GPU twice over,
-  // but no slice is shorter than a tile of 128 keys.
+  // Decode batches with enough (token, KV head) pairs to fill the GPU take the GQA kernel (K/V
+  // read once per KV head), keys split so the grid fills it twice over, no slice shorter than a
+  // 128-key tile. Small batches keep the per-query-head kernel: measured on the H200 at batch 1
+  // (Qwen2.5-7B, 4 KV heads) the GQA kernel's 4-8 blocks cost 0.8 ms a step (NOTES.md v4).
   decode_splits_ = 0;
-  if (decode_only && config_.num_heads / config_.num_kv_heads <= kernels::kDecodeMaxGroup) {
+  if (decode_only && config_.num_heads / config_.num_kv_heads <= kernels::kDecodeMaxGroup &&
+      int64_t(T) * config_.num_kv_heads >= num_sms_) {
     int32_t max_ctx = 1;
     for (const SeqSlice& q : batch.seqs) max_ctx = std::max(max_ctx, q.context_len);
     const int64_t blocks = std::max<int64_t>(1, int64_t(T) * config_.num_kv_heads);
