@@ -3,11 +3,10 @@
 // from one host pattern per tensor shape. Speed only; correctness is the gpu suite's job.
 //
 //   bench_decode_latency --preset qwen2.5-7b --input-len 128 --output-len 128 --batch-size 1
-// prints one JSON object: prefill ms (TTFT), decode ms per step (TPOT), tok/s and MBU.
+// prints one JSON object (benchmarks/latency.h): TTFT, TPOT, tok/s and MBU.
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -15,6 +14,7 @@
 
 #include "core/dtype.h"
 #include "kernels/cuda_check.cuh"
+#include "latency.h"
 #include "model/model_dir.h"
 #include "runner/cuda/cuda_runner.h"
 
@@ -99,11 +99,6 @@ HostWeights make_weights(const ModelConfig& c) {
   return h;
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -154,71 +149,18 @@ int main(int argc, char** argv) {
   }
   CudaRunner& r = **created;
   r.set_use_graphs(graphs);
-  std::vector<std::vector<int32_t>> pages(static_cast<size_t>(batch));
-  for (int s = 0; s < batch; ++s)
-    for (int p = 0; p < pages_per_seq; ++p) pages[size_t(s)].push_back(s * pages_per_seq + p);
-  std::vector<int32_t> prompt(static_cast<size_t>(input_len));
-  for (int i = 0; i < input_len; ++i)
-    prompt[size_t(i)] = int32_t((int64_t(i) * 7919) % c.vocab_size);
-
-  cudaEvent_t e0, e1;
-  TANDEM_CUDA_CHECK(cudaEventCreate(&e0));
-  TANDEM_CUDA_CHECK(cudaEventCreate(&e1));
-  auto prefill = [&](int s) {
-    SeqSlice sl{0, input_len, input_len, pages[size_t(s)]};
-    std::vector<int32_t> rows = {input_len - 1};
-    r.forward(ForwardBatch{prompt, std::span(&sl, 1), rows});
-  };
-  // TTFT: one prompt, timed with events after a warm-up.
-  std::vector<double> ttft;
-  for (int rep = 0; rep < 6; ++rep) {
-    TANDEM_CUDA_CHECK(cudaEventRecord(e0, r.stream()));
-    prefill(0);
-    TANDEM_CUDA_CHECK(cudaEventRecord(e1, r.stream()));
-    TANDEM_CUDA_CHECK(cudaEventSynchronize(e1));
-    float ms = 0;
-    TANDEM_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-    if (rep > 0) ttft.push_back(ms);
-  }
-  for (int s = 1; s < batch; ++s) prefill(s);
-  TANDEM_CUDA_CHECK(cudaStreamSynchronize(r.stream()));
-
-  // Decode: batch tokens per step, contexts growing from input_len; greedy ids fed back.
-  ResolvedSampling greedy;
-  greedy.temperature = 0.0f;
-  const size_t nb = static_cast<size_t>(batch);
-  std::vector<int32_t> toks(nb, 1), rows(nb), out(nb);
-  std::vector<SampleRequest> reqs(static_cast<size_t>(batch));
-  for (int s = 0; s < batch; ++s) {
-    rows[size_t(s)] = s;
-    reqs[size_t(s)].logit_index = s;
-    reqs[size_t(s)].params = &greedy;
-  }
-  std::vector<double> step_ms;
-  for (int step = 0; step < output_len - 1; ++step) {
-    std::vector<SeqSlice> sl(static_cast<size_t>(batch));
-    for (int s = 0; s < batch; ++s) sl[size_t(s)] = {s, 1, input_len + step + 1, pages[size_t(s)]};
-    const auto t0 = std::chrono::steady_clock::now();
-    r.forward(ForwardBatch{toks, sl, rows});
-    r.sample(reqs, out);  // synchronises: the step's full host-visible latency
-    const auto t1 = std::chrono::steady_clock::now();
-    toks = out;
-    if (step >= std::min(3, (output_len - 1) / 2))
-      step_ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
-  }
   int64_t weight_bytes = r.memory_plan().weights_bytes;
-  if (c.tie_word_embeddings) {
-    // tied: the table is read once per step as lm_head; no separate embedding read
-  } else {
-    weight_bytes -= c.vocab_size * c.hidden_size * 2;  // the embedding table is gathered, not read
+  // Untied: the embedding table is gathered, not read. Tied: it is read whole as lm_head.
+  if (!c.tie_word_embeddings) weight_bytes -= c.vocab_size * c.hidden_size * 2;
+  bench::LatencyOptions lo;
+  lo.input_len = input_len;
+  lo.output_len = output_len;
+  lo.batch_size = batch;
+  auto res = bench::run_latency(r, lo, weight_bytes);
+  if (!res.ok()) {
+    std::fprintf(stderr, "%s\n", res.error().to_string().c_str());
+    return 1;
   }
-  const double tpot = median(step_ms);
-  const double tb_s = double(weight_bytes) / (tpot * 1e-3) / 1e12;
-  std::printf(
-      "{\"preset\": \"%s\", \"input_len\": %d, \"output_len\": %d, \"batch_size\": %d, "
-      "\"graphs\": %s, \"ttft_ms\": %.3f, \"tpot_ms\": %.4f, \"tok_per_s\": %.1f, "
-      "\"weight_bytes_per_step\": %lld, \"achieved_tb_per_s\": %.3f, \"mbu_vs_4p2\": %.3f}\n",
-      preset.c_str(), input_len, output_len, batch, graphs ? "true" : "false", median(ttft), tpot,
-      1000.0 * batch / tpot, static_cast<long long>(weight_bytes), tb_s, tb_s / 4.2);
+  std::printf("%s\n", bench::to_json(lo, *res, preset + (graphs ? "" : " (no graphs)")).c_str());
   return 0;
 }
