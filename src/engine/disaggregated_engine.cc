@@ -209,7 +209,7 @@ void DisaggregatedEngine::ship_chunk(Sequence& seq, int64_t begin, int64_t end) 
     for (Shipping& s : shipping_) {
       if (s.seq == &seq) return s;
     }
-    shipping_.push_back(Shipping{&seq, {}, {}});
+    shipping_.push_back(Shipping{&seq, {}, std::nullopt});
     return shipping_.back();
   }();
   Span span;
@@ -236,12 +236,12 @@ void DisaggregatedEngine::poll_shipping() {
   std::vector<std::pair<Sequence*, Error>> failed;
   const auto now = Clock::now();
   for (Shipping& s : shipping_) {
-    const bool prefill_done = s.seq->pending() <= 1;  // only the sampled token is left
+    const bool prefill_done = s.prefill_end.has_value();
     bool all_done = true;
     std::optional<Error> error;
     for (auto t : s.tickets) {
       ShipState st = transport_->poll(t);
-      if (st == ShipState::kInFlight && prefill_done && now - s.prefill_end >= ship_timeout) {
+      if (st == ShipState::kInFlight && prefill_done && now - *s.prefill_end >= ship_timeout) {
         st = transport_->wait(t, std::chrono::milliseconds(0));  // a stuck backend: abort it
       }
       if (st == ShipState::kFailed && !error) error = transport_->take_error(t);
@@ -258,7 +258,7 @@ void DisaggregatedEngine::poll_shipping() {
     }
     for (auto t : s.tickets) transport_->release(t);
     Sequence* seq = s.seq;
-    seq->kv_ship_exposed_ms = ms_between(s.prefill_end, now);
+    seq->kv_ship_exposed_ms = ms_between(*s.prefill_end, now);
     telemetry_.metrics.kv_ship_time.observe(seq->kv_ship_exposed_ms / 1e3);
     seq->prefill_pages.release_all(prefill_pool_);
     std::lock_guard lock(mu_);

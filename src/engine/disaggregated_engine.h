@@ -71,7 +71,9 @@ class DisaggregatedEngine final : public Engine {
   struct Shipping {
     Sequence* seq;
     std::vector<KvTransport::Ticket> tickets;
-    Clock::time_point prefill_end;
+    // Set when the prefill stage sampled the sequence's next token: its last chunk ran. Only
+    // then may it move on (pending() == 1 also holds mid-prompt, one token before the end).
+    std::optional<Clock::time_point> prefill_end;
   };
 
   void prefill_take_inbox();

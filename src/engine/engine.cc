@@ -62,13 +62,6 @@ Result<DraftModel> load_draft(const EngineOptions& options, const RunnerOptions&
 }  // namespace
 
 Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
-  if (options.prefill_device != options.decode_device) {
-    return make_error(ErrorCode::kUnsupported,
-                      "--prefill-device " + options.prefill_device +
-                          " differs from --decode-device " + options.decode_device +
-                          ": disaggregated stages are not available in this build yet; give "
-                          "both the same device");
-  }
   if (options.page_size < 1) {
     return make_error(ErrorCode::kInvalidArgument, "--page-size must be >= 1");
   }

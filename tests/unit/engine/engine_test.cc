@@ -117,9 +117,11 @@ TEST_CASE("batched, chunked, paged and preempted schedules give the same greedy 
       {"tiny pool forces preemption", 8, 4, 36, 2048, "cpu", "cpu"},
       {"two stages", 16, 16, 0, 2048, "cpu:0", "cpu:1"},
       {"two stages, tiny pools", 8, 4, 36, 64, "cpu:0", "cpu:1"},
+      {"two stages, pages and chunks of 1", 1, 1, 0, 2048, "cpu:0", "cpu:1"},
   };
   for (const Case& c : cases) {
-    CAPTURE(c.name);
+    const std::string case_name = c.name;
+    CAPTURE(case_name);
     EngineOptions o;
     o.prefill_chunk = c.chunk;
     o.page_size = c.page;
