@@ -128,7 +128,7 @@ class RunTest(unittest.TestCase):
         self.assertIn("temperature", p.stderr)
         p = tandem("run", "--model", os.path.join(WORK, "nope"), "--prompt", "hi", check=False)
         self.assertNotEqual(p.returncode, 0)
-        self.assertIn("config.json", p.stderr)
+        self.assertIn("does not exist", p.stderr)
         p = tandem("run", "--model", m, "--prompt", "hi", "--device", "cuda:7", check=False)
         self.assertNotEqual(p.returncode, 0)
         self.assertTrue("cuda" in p.stderr.lower())
