@@ -85,7 +85,16 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
   ro.max_seqs = options.max_num_seqs;
   ro.threads = options.threads;
   ro.device = options.decode_device;
-  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<ModelRunner> decode_runner, make_runner(model, ro));
+  RunnerOptions target_ro = ro;
+  if (!options.draft_dir.empty() && options.kv_pages == 0) {
+    // A GPU runner sizes its KV pool from what is free up to gpu_memory_utilization; the target
+    // comes first and would leave the draft nothing. It stops at 85% of the share instead, and
+    // the draft (weights + its own pool) fills the rest: a 0.5B draft's KV is 12 KiB/token
+    // against the 7B target's 56 KiB, so both pools then hold about the same number of tokens.
+    target_ro.gpu_memory_utilization = ro.gpu_memory_utilization * 0.85;
+  }
+  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<ModelRunner> decode_runner,
+                          make_runner(model, target_ro));
   std::optional<DraftModel> draft;
   if (!options.draft_dir.empty()) {
     TANDEM_ASSIGN_OR_RETURN(DraftModel d, load_draft(options, ro, tokenizer));
