@@ -60,7 +60,13 @@ Result<const T*> verify(std::span<const uint8_t> frame, const char* what) {
     return make_error(ErrorCode::kProtocol,
                       std::string(what) + " frame failed FlatBuffers verification");
   }
-  return flatbuffers::GetSizePrefixedRoot<T>(frame.data());
+  const T* root = flatbuffers::GetSizePrefixedRoot<T>(frame.data());
+  // The Verifier accepts a union whose type is set and whose value is absent; every reader
+  // below would dereference it.
+  if (root->body() == nullptr) {
+    return make_error(ErrorCode::kProtocol, std::string(what) + " frame has no body");
+  }
+  return root;
 }
 
 }  // namespace

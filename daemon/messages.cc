@@ -156,6 +156,10 @@ Frame encode_simple_request(uint64_t id, wire::RequestBody kind) {
 Result<GenerateCall> decode_generate(const wire::GenerateRequest& r) {
   GenerateCall call;
   call.stream = r.stream();
+  if (r.prompt() == nullptr) {
+    return make_error(ErrorCode::kProtocol, "generate: no prompt (or a prompt kind this "
+                                            "daemon does not know)");
+  }
   switch (r.prompt_type()) {
     case wire::Prompt::TextPrompt: {
       const auto* p = r.prompt_as_TextPrompt();

@@ -175,6 +175,27 @@ TEST_CASE("decode_generate names what is wrong with a verified but unusable requ
   auto none = decode_generate(*(*verify_request(raw))->body_as_GenerateRequest());
   REQUIRE_FALSE(none.ok());
   CHECK(none.error().code == ErrorCode::kProtocol);
+
+  // A union type with no value passes the Verifier; found by the fuzzer (a null dereference).
+  flatbuffers::FlatBufferBuilder empty_body;
+  empty_body.FinishSizePrefixed(
+      wire::CreateRequest(empty_body, 1, wire::RequestBody::GenerateRequest, 0), kFileIdentifier);
+  std::vector<uint8_t> no_body(empty_body.GetBufferPointer(),
+                               empty_body.GetBufferPointer() + empty_body.GetSize());
+  auto v = verify_request(no_body);
+  REQUIRE_FALSE(v.ok());
+  CHECK(v.error().message.find("no body") != std::string::npos);
+
+  flatbuffers::FlatBufferBuilder empty_prompt;
+  auto gen = wire::CreateGenerateRequest(empty_prompt, wire::Prompt::TextPrompt, 0);
+  empty_prompt.FinishSizePrefixed(
+      wire::CreateRequest(empty_prompt, 1, wire::RequestBody::GenerateRequest, gen.Union()),
+      kFileIdentifier);
+  std::vector<uint8_t> no_prompt(empty_prompt.GetBufferPointer(),
+                                 empty_prompt.GetBufferPointer() + empty_prompt.GetSize());
+  auto np = verify_request(no_prompt);
+  REQUIRE(np.ok());
+  CHECK_FALSE(decode_generate(*(*np)->body_as_GenerateRequest()).ok());
 }
 
 TEST_CASE("replies round-trip: finished, status, error") {
