@@ -46,11 +46,11 @@ void register_tokenize(CLI::App& app, int& exit_code) {
     } else {
       std::ifstream file(f->messages);
       if (!file) return fail(make_error(ErrorCode::kIo, "--messages: cannot open " + f->messages));
-      nlohmann::json doc = nlohmann::json::parse(file, nullptr, false);
+      nlohmann::ordered_json doc = nlohmann::ordered_json::parse(file, nullptr, false);
       if (doc.is_discarded()) {
         return fail(make_error(ErrorCode::kInvalidArgument, "--messages: not valid JSON"));
       }
-      nlohmann::json kwargs = nlohmann::json::object();
+      nlohmann::ordered_json kwargs = nlohmann::ordered_json::object();
       if (doc.is_object() && doc.contains("messages")) {
         for (auto& [k, v] : doc.items()) {
           if (k != "messages") kwargs[k] = v;

@@ -28,6 +28,14 @@ inline void add_engine_flags(CLI::App* cmd, EngineFlags& f) {
   cmd->add_option("--prefill-chunk", f.options.prefill_chunk, "Prompt tokens per prefill chunk");
   cmd->add_option("--max-model-len", f.options.max_model_len);
   cmd->add_option("--threads", f.options.threads, "CPU runner threads (0 = all cores)");
+  cmd->add_option("--draft-max", f.options.draft_max, "Most draft tokens per speculative step");
+  cmd->add_option("--draft-min", f.options.draft_min, "Fewest draft tokens when speculating");
+  cmd->add_option("--spec-max-batch", f.options.spec_max_batch,
+                  "No speculation when more sequences than this run");
+  cmd->add_option_function<std::string>(
+         "--spec", [&f](const std::string& v) { f.options.spec = v == "on"; },
+         "on|off: speculative decoding with --draft")
+      ->check(CLI::IsMember({"on", "off"}));
 }
 
 // --device overrides both stage devices.

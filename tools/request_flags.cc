@@ -66,7 +66,8 @@ Result<PromptInput> prompt_input(const RequestFlags& f) {
     if (!file) {
       return make_error(ErrorCode::kIo, "--messages: cannot open " + f.messages_file);
     }
-    nlohmann::json doc = nlohmann::json::parse(file, nullptr, /*allow_exceptions=*/false);
+    nlohmann::ordered_json doc =
+        nlohmann::ordered_json::parse(file, nullptr, /*allow_exceptions=*/false);
     if (doc.is_discarded()) {
       return make_error(ErrorCode::kInvalidArgument,
                         "--messages: " + f.messages_file + " is not valid JSON");

@@ -143,6 +143,7 @@ void DisaggregatedEngine::finish(Sequence* seq, FinishReason reason, std::option
     seq->pages.release_all(decode_pool_);
   }
   FinishEvent ev = make_finish_event(*seq, reason, std::move(error), Clock::now());
+  telemetry_.on_finish(*seq, ev);
   EngineObserver* observer = seq->observer;
   {
     std::lock_guard lock(mu_);
@@ -211,7 +212,18 @@ void DisaggregatedEngine::ship_chunk(Sequence& seq, int64_t begin, int64_t end) 
     shipping_.push_back(Shipping{&seq, {}, {}});
     return shipping_.back();
   }();
+  Span span;
+  span.name = "kv_ship";
+  span.track = Track::kTransport;
+  span.start_ns = trace_now_ns();
+  span.index = seq.prefill_chunks - 1;
+  span.layer_begin = order.layer_begin;
+  span.layer_end = order.layer_end;
+  span.bytes = int64_t(order.bytes());
   auto ticket = transport_->ship(order);
+  span.dur_ns = trace_now_ns() - span.start_ns;
+  seq.trace.add(span);
+  telemetry_.metrics.kv_ship_bytes += uint64_t(span.bytes);
   if (!ticket) {
     finish(&seq, FinishReason::kError, ticket.error(), /*on_prefill=*/true);
     return;
@@ -247,6 +259,7 @@ void DisaggregatedEngine::poll_shipping() {
     for (auto t : s.tickets) transport_->release(t);
     Sequence* seq = s.seq;
     seq->kv_ship_exposed_ms = ms_between(s.prefill_end, now);
+    telemetry_.metrics.kv_ship_time.observe(seq->kv_ship_exposed_ms / 1e3);
     seq->prefill_pages.release_all(prefill_pool_);
     std::lock_guard lock(mu_);
     decode_inbox_.push_back(seq);
@@ -269,9 +282,11 @@ bool DisaggregatedEngine::prefill_step() {
   }
   const bool did = !plan.batch.empty();
   if (did) {
+    const int64_t t0 = trace_now_ns();
     StepBatch batch = build_step_batch(plan.batch, &Sequence::prefill_pages, Clock::now());
     prefill_runner_->forward(batch.view());
     const std::vector<int32_t> sampled = sample_step(*prefill_runner_, batch);
+    trace_step(plan.batch, Track::kPrefill, Track::kPrefill, t0, trace_now_ns());
     std::vector<int64_t> begins;
     for (const ScheduledSeq& s : plan.batch) begins.push_back(s.seq->num_computed);
     commit_step(plan.batch, &Sequence::prefill_pages);
@@ -343,9 +358,11 @@ bool DisaggregatedEngine::decode_step() {
   }
   const bool did = !plan.batch.empty();
   if (did) {
+    const int64_t t0 = trace_now_ns();
     StepBatch batch = build_step_batch(plan.batch, &Sequence::pages, Clock::now());
     decode_runner_->forward(batch.view());
     const std::vector<int32_t> sampled = sample_step(*decode_runner_, batch);
+    trace_step(plan.batch, Track::kDecode, Track::kDecode, t0, trace_now_ns());
     commit_step(plan.batch, &Sequence::pages);
     const auto now = Clock::now();
     for (size_t i = 0; i < batch.sampling.size(); ++i) {
@@ -393,6 +410,18 @@ void DisaggregatedEngine::start() {
   started_ = true;
   prefill_thread_ = std::thread([this] { stage_loop(true); });
   decode_thread_ = std::thread([this] { stage_loop(false); });
+}
+
+std::string DisaggregatedEngine::metrics_text() const {
+  const EngineStatus s = status();
+  GaugeValues g{s.running, s.waiting, {}};
+  for (const PoolStatus& p : s.pools) g.pools.push_back({p.name, p.used_pages, p.total_pages});
+  return render_prometheus(telemetry_.metrics, g);
+}
+
+std::string DisaggregatedEngine::trace_json(std::optional<uint64_t> request_id,
+                                            size_t last_n) const {
+  return chrome_trace_json(telemetry_.traces.snapshot(request_id, last_n));
 }
 
 void DisaggregatedEngine::run_until_idle() {

@@ -26,6 +26,7 @@
 #include "engine/engine.h"
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
+#include "engine/step.h"
 #include "kv/page_pool.h"
 #include "model/model_dir.h"
 #include "runner/runner.h"
@@ -49,6 +50,8 @@ class DisaggregatedEngine final : public Engine {
   void cancel(uint64_t request_id) override;
   EngineStatus status() const override;
   void run_until_idle() override;
+  std::string metrics_text() const override;
+  std::string trace_json(std::optional<uint64_t> request_id, size_t last_n) const override;
 
   const Tokenizer& tokenizer() const override { return tokenizer_; }
   const ChatTemplate* chat_template() const override {
@@ -128,6 +131,7 @@ class DisaggregatedEngine final : public Engine {
   std::atomic<int32_t> prefill_used_{0};
   std::atomic<int32_t> decode_used_{0};
   std::atomic<int64_t> finished_count_{0};
+  mutable Telemetry telemetry_;
 };
 
 }  // namespace tandem

@@ -20,11 +20,48 @@ const char* finish_reason_name(FinishReason r) {
   return "unknown";
 }
 
-Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
-  if (!options.draft_dir.empty()) {
-    return make_error(ErrorCode::kUnsupported,
-                      "--draft: speculative decoding is not available in this build yet");
+namespace {
+
+// The draft runs on the decode device with its own KV pool; its tokenizer must be the target's
+// (same ids for the same bytes). Embedding rows may differ (Qwen2.5-0.5B pads to 151,936 rows,
+// Qwen2.5-7B to 152,064): sampling is limited to the ids both models and the tokenizer know.
+Result<DraftModel> load_draft(const EngineOptions& options, const RunnerOptions& target_ro,
+                              const Tokenizer& target_tokenizer) {
+  if (options.draft_max < 1 || options.draft_min < 1 || options.draft_min > options.draft_max) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "--draft-min and --draft-max must satisfy 1 <= min <= max");
   }
+  DraftModel d;
+  TANDEM_ASSIGN_OR_RETURN(ModelDir dm, load_model_dir(options.draft_dir));
+  d.model = std::make_unique<ModelDir>(std::move(dm));
+  TANDEM_ASSIGN_OR_RETURN(Tokenizer dt, Tokenizer::load(options.draft_dir));
+  if (dt.vocab_size() != target_tokenizer.vocab_size()) {
+    return make_error(ErrorCode::kInvalidModel,
+                      "--draft " + options.draft_dir + ": its tokenizer has " +
+                          std::to_string(dt.vocab_size()) + " tokens, the target's " +
+                          std::to_string(target_tokenizer.vocab_size()) +
+                          "; a draft must share the target's vocabulary");
+  }
+  for (int32_t id = 0; id < dt.vocab_size(); ++id) {
+    if (dt.token_bytes(id) != target_tokenizer.token_bytes(id)) {
+      return make_error(ErrorCode::kInvalidModel,
+                        "--draft " + options.draft_dir + ": token " + std::to_string(id) +
+                            " differs from the target's; a draft must share the target's "
+                            "vocabulary");
+    }
+  }
+  TANDEM_ASSIGN_OR_RETURN(d.runner, make_runner(*d.model, target_ro));
+  d.pool = std::make_unique<PagePool>(d.runner->num_pages());
+  d.config.enabled = options.spec;
+  d.config.draft_max = options.draft_max;
+  d.config.draft_min = options.draft_min;
+  d.config.max_batch = options.spec_max_batch;
+  return d;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
   if (options.prefill_device != options.decode_device) {
     return make_error(ErrorCode::kUnsupported,
                       "--prefill-device " + options.prefill_device +
@@ -56,10 +93,20 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
   ro.threads = options.threads;
   ro.device = options.decode_device;
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<ModelRunner> decode_runner, make_runner(model, ro));
+  std::optional<DraftModel> draft;
+  if (!options.draft_dir.empty()) {
+    TANDEM_ASSIGN_OR_RETURN(DraftModel d, load_draft(options, ro, tokenizer));
+    draft = std::move(d);
+  }
   if (options.prefill_device == options.decode_device) {
     return std::unique_ptr<Engine>(new LocalEngine(options, std::move(model), std::move(tokenizer),
                                                    std::move(chat_template),
-                                                   std::move(decode_runner)));
+                                                   std::move(decode_runner), std::move(draft)));
+  }
+  if (draft) {
+    return make_error(ErrorCode::kUnsupported,
+                      "--draft with separate --prefill-device and --decode-device is not "
+                      "available yet; run both stages on one device for speculative decoding");
   }
   // Two stages. The ModelDir (its mmap) outlives both runners: it moves into the engine, and a
   // moved WeightStore keeps its tensors where they are.

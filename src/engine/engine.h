@@ -35,6 +35,11 @@ struct EngineOptions {
   int32_t max_model_len = 0;              // 0 = the model's max_position_embeddings
   int32_t max_queue = 1024;               // waiting requests before kOverloaded
   int32_t threads = 0;                    // CPU runner threads; 0 = all cores
+  // Speculative decoding (with draft_dir).
+  bool spec = true;             // --spec on|off
+  int32_t draft_max = 4;        // --draft-max: most tokens proposed per step
+  int32_t draft_min = 1;        // --draft-min: fewest, when speculating at all
+  int32_t spec_max_batch = 32;  // --spec-max-batch: no speculation above this batch
 };
 
 struct GenerateInput {
@@ -78,6 +83,11 @@ class Engine {
   virtual EngineStatus status() const = 0;
   // Runs until every submitted request finished; for `tandem run` and tests without start().
   virtual void run_until_idle() = 0;
+
+  // Prometheus text of the engine's metrics (tandem:* names).
+  virtual std::string metrics_text() const = 0;
+  // Chrome Trace Event JSON of finished requests: one request, or the last `last_n` (0 = all kept).
+  virtual std::string trace_json(std::optional<uint64_t> request_id, size_t last_n) const = 0;
 
   virtual const Tokenizer& tokenizer() const = 0;
   virtual const ChatTemplate* chat_template() const = 0;  // null when the model has none

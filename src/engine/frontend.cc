@@ -6,8 +6,8 @@
 namespace tandem {
 
 Result<std::string> render_chat(const Tokenizer& tokenizer, const ChatTemplate& chat_template,
-                                const nlohmann::json& messages, bool add_generation_prompt,
-                                const nlohmann::json& template_kwargs) {
+                                const nlohmann::ordered_json& messages, bool add_generation_prompt,
+                                const nlohmann::ordered_json& template_kwargs) {
   if (!messages.is_array() || messages.empty()) {
     return make_error(ErrorCode::kInvalidArgument, "messages must be a non-empty JSON array");
   }
@@ -17,12 +17,14 @@ Result<std::string> render_chat(const Tokenizer& tokenizer, const ChatTemplate& 
                         "each message must be an object with a string \"role\"");
     }
   }
-  nlohmann::json context = template_kwargs.is_object() ? template_kwargs : nlohmann::json::object();
+  nlohmann::ordered_json context =
+      template_kwargs.is_object() ? template_kwargs : nlohmann::ordered_json::object();
   context["messages"] = messages;
   context["add_generation_prompt"] = add_generation_prompt;
   const TokenizerConfig& cfg = tokenizer.config();
-  context["bos_token"] = cfg.bos_token.value_or("");
-  context["eos_token"] = cfg.eos_token.value_or("");
+  // Like transformers: a missing special token is None in the template, not "".
+  context["bos_token"] = cfg.bos_token ? nlohmann::ordered_json(*cfg.bos_token) : nullptr;
+  context["eos_token"] = cfg.eos_token ? nlohmann::ordered_json(*cfg.eos_token) : nullptr;
   if (cfg.pad_token) context["pad_token"] = *cfg.pad_token;
   return chat_template.render(context);
 }

@@ -20,10 +20,12 @@ class ChatTemplate;
 struct PromptInput {
   enum class Kind { kText, kMessages, kTokenIds } kind = Kind::kText;
   std::string text;
-  nlohmann::json messages;  // [{"role": ..., "content": ...}, ...]
+  // Ordered: tojson in templates must print keys in the client's order, as transformers does.
+  nlohmann::ordered_json messages;  // [{"role": ..., "content": ...}, ...]
   std::vector<int32_t> token_ids;
   bool add_generation_prompt = true;
-  nlohmann::json template_kwargs = nlohmann::json::object();  // e.g. enable_thinking, tools
+  nlohmann::ordered_json template_kwargs =
+      nlohmann::ordered_json::object();  // e.g. enable_thinking, tools
 };
 
 struct BuiltPrompt {
@@ -37,7 +39,7 @@ Result<BuiltPrompt> build_prompt(const Tokenizer& tokenizer, const ChatTemplate*
 
 // Renders messages with the template and the tokenizer's bos/eos strings.
 Result<std::string> render_chat(const Tokenizer& tokenizer, const ChatTemplate& chat_template,
-                                const nlohmann::json& messages, bool add_generation_prompt,
-                                const nlohmann::json& template_kwargs);
+                                const nlohmann::ordered_json& messages, bool add_generation_prompt,
+                                const nlohmann::ordered_json& template_kwargs);
 
 }  // namespace tandem

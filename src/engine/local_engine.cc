@@ -10,12 +10,13 @@ namespace tandem {
 
 LocalEngine::LocalEngine(const EngineOptions& options, ModelDir model, Tokenizer tokenizer,
                          std::optional<ChatTemplate> chat_template,
-                         std::unique_ptr<ModelRunner> runner)
+                         std::unique_ptr<ModelRunner> runner, std::optional<DraftModel> draft)
     : options_(options),
       model_(std::move(model)),
       tokenizer_(std::move(tokenizer)),
       chat_template_(std::move(chat_template)),
       runner_(std::move(runner)),
+      draft_(std::move(draft)),
       pool_(runner_->num_pages()),
       scheduler_(SchedulerConfig{options.max_num_seqs, options.max_num_batched_tokens,
                                  options.prefill_chunk, runner_->page_size()}) {
@@ -24,6 +25,13 @@ LocalEngine::LocalEngine(const EngineOptions& options, ModelDir model, Tokenizer
           ? options.max_model_len
           : int32_t(std::min<int64_t>(model_.config.max_position_embeddings, INT32_MAX));
   valid_vocab_ = int32_t(std::min<int64_t>(model_.config.vocab_size, tokenizer_.vocab_size()));
+  if (draft_) {
+    // Both models sample over the ids both can produce and the tokenizer knows.
+    valid_vocab_ = int32_t(std::min<int64_t>(valid_vocab_, draft_->model->config.vocab_size));
+    draft_->runner->set_valid_vocab(valid_vocab_);
+    spec_ = std::make_unique<SpecDecoder>(*runner_, *draft_->runner, *draft_->pool, draft_->config,
+                                          valid_vocab_);
+  }
   runner_->set_valid_vocab(valid_vocab_);
 }
 
@@ -37,6 +45,10 @@ Status LocalEngine::submit(uint64_t request_id, GenerateInput input, EngineObser
       std::unique_ptr<Sequence> seq,
       new_sequence(request_id, std::move(input), observer, model_, tokenizer_,
                    AdmissionLimits{max_model_len_, runner_->page_size(), pool_.num_pages()}));
+  if (spec_) {
+    seq->speculative = true;
+    seq->draft_rng.seed = seq->rng.seed ^ 0x9e3779b97f4a7c15ull;
+  }
 
   std::lock_guard lock(mu_);
   if (stopping_) return make_error(ErrorCode::kOverloaded, "the server is shutting down");
@@ -106,10 +118,12 @@ void LocalEngine::take_inbox() {
 
 void LocalEngine::finish(Sequence* seq, FinishReason reason, std::optional<Error> error) {
   seq->pages.release_all(pool_);
+  if (spec_) spec_->release(*seq);
   running_.erase(std::remove(running_.begin(), running_.end(), seq), running_.end());
   waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), seq), waiting_.end());
 
   FinishEvent ev = make_finish_event(*seq, reason, std::move(error), Clock::now());
+  telemetry_.on_finish(*seq, ev);
   EngineObserver* observer = seq->observer;
   const uint64_t id = seq->id;
   seqs_.erase(id);  // seq is gone from here on
@@ -132,23 +146,83 @@ void LocalEngine::publish_counts() {
 bool LocalEngine::step() {
   take_inbox();
   SchedulePlan plan = scheduler_.schedule(waiting_, running_, pool_);
-  for (Sequence* seq : plan.preempted) seq->preemptions++;
+  for (Sequence* seq : plan.preempted) {
+    seq->preemptions++;
+    if (spec_) spec_->release(*seq);
+  }
   if (plan.batch.empty()) {
     publish_counts();
     return false;
   }
 
-  StepBatch batch = build_step_batch(plan.batch, &Sequence::pages, Clock::now());
-  runner_->forward(batch.view());
-  const std::vector<int32_t> sampled = sample_step(*runner_, batch);
-  commit_step(plan.batch, &Sequence::pages);
-  const auto now = Clock::now();
-  for (size_t i = 0; i < batch.sampling.size(); ++i) {
-    Sequence& seq = *batch.sampling[i];
-    if (auto reason = emit_token(seq, sampled[i], now)) finish(&seq, *reason, std::nullopt);
+  // Decode tokens of speculating sequences go through the draft + verify path; prefill chunks
+  // and everything else run as one batch.
+  std::vector<ScheduledSeq> plain;
+  std::vector<Sequence*> speculating;
+  for (const ScheduledSeq& s : plan.batch) {
+    if (spec_ && s.seq->speculative && !s.seq->in_prefill() && s.seq->pending() == 1) {
+      speculating.push_back(s.seq);
+    } else {
+      plain.push_back(s);
+    }
   }
+  if (!plain.empty()) {
+    const int64_t t0 = trace_now_ns();
+    StepBatch batch = build_step_batch(plain, &Sequence::pages, Clock::now());
+    runner_->forward(batch.view());
+    const std::vector<int32_t> sampled = sample_step(*runner_, batch);
+    trace_step(plain, Track::kPrefill, Track::kDecode, t0, trace_now_ns());
+    commit_step(plain, &Sequence::pages);
+    const auto now = Clock::now();
+    for (size_t i = 0; i < batch.sampling.size(); ++i) {
+      Sequence& seq = *batch.sampling[i];
+      if (auto reason = emit_token(seq, sampled[i], now)) finish(&seq, *reason, std::nullopt);
+    }
+  }
+  if (!speculating.empty()) run_speculative(speculating);
   publish_counts();
   return true;
+}
+
+std::string LocalEngine::metrics_text() const {
+  const EngineStatus s = status();
+  GaugeValues g{s.running, s.waiting, {}};
+  for (const PoolStatus& p : s.pools) g.pools.push_back({p.name, p.used_pages, p.total_pages});
+  return render_prometheus(telemetry_.metrics, g);
+}
+
+std::string LocalEngine::trace_json(std::optional<uint64_t> request_id, size_t last_n) const {
+  return chrome_trace_json(telemetry_.traces.snapshot(request_id, last_n));
+}
+
+void LocalEngine::run_speculative(std::span<Sequence* const> seqs) {
+  const int64_t t0 = trace_now_ns();
+  std::vector<std::vector<int32_t>> emitted = spec_->step(seqs, pool_, runner_->page_size());
+  const int64_t t1 = trace_now_ns();
+  const auto now = Clock::now();
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    Sequence& seq = *seqs[i];
+    Span span;
+    span.name = "spec_step";
+    span.track = Track::kVerify;
+    span.start_ns = t0;
+    span.dur_ns = t1 - t0;
+    span.index = seq.decode_steps;
+    span.tokens = int32_t(emitted[i].size());
+    span.batch = int32_t(seqs.size());
+    seq.trace.add(span);
+    std::optional<FinishReason> reason;
+    int32_t n = 0;
+    for (int32_t token : emitted[i]) {
+      ++n;
+      if ((reason = emit_token(seq, token, now))) break;
+    }
+    if (reason) {
+      finish(&seq, *reason, std::nullopt);
+    } else {
+      spec_->commit(seq, n, pool_, runner_->page_size());
+    }
+  }
 }
 
 void LocalEngine::run_until_idle() {

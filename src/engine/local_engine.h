@@ -18,6 +18,8 @@
 #include "engine/engine.h"
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
+#include "engine/spec_decoder.h"
+#include "engine/step.h"
 #include "kv/page_pool.h"
 #include "model/model_dir.h"
 #include "runner/runner.h"
@@ -28,7 +30,8 @@ namespace tandem {
 class LocalEngine final : public Engine {
  public:
   LocalEngine(const EngineOptions& options, ModelDir model, Tokenizer tokenizer,
-              std::optional<ChatTemplate> chat_template, std::unique_ptr<ModelRunner> runner);
+              std::optional<ChatTemplate> chat_template, std::unique_ptr<ModelRunner> runner,
+              std::optional<DraftModel> draft);
   ~LocalEngine() override;
 
   void start() override;
@@ -37,6 +40,8 @@ class LocalEngine final : public Engine {
   void cancel(uint64_t request_id) override;
   EngineStatus status() const override;
   void run_until_idle() override;
+  std::string metrics_text() const override;
+  std::string trace_json(std::optional<uint64_t> request_id, size_t last_n) const override;
 
   const Tokenizer& tokenizer() const override { return tokenizer_; }
   const ChatTemplate* chat_template() const override {
@@ -53,6 +58,7 @@ class LocalEngine final : public Engine {
   void finish(Sequence* seq, FinishReason reason, std::optional<Error> error);
   void abort_all();
   void worker_loop();
+  void run_speculative(std::span<Sequence* const> seqs);
   bool idle_locked() const;
   void publish_counts();
 
@@ -61,6 +67,8 @@ class LocalEngine final : public Engine {
   Tokenizer tokenizer_;
   std::optional<ChatTemplate> chat_template_;
   std::unique_ptr<ModelRunner> runner_;
+  std::optional<DraftModel> draft_;
+  std::unique_ptr<SpecDecoder> spec_;  // set when a draft model is loaded
   int32_t max_model_len_ = 0;
   int32_t valid_vocab_ = 0;
 
@@ -86,6 +94,7 @@ class LocalEngine final : public Engine {
   std::atomic<int32_t> waiting_count_{0};
   std::atomic<int32_t> used_pages_{0};
   std::atomic<int64_t> finished_count_{0};
+  mutable Telemetry telemetry_;
 };
 
 }  // namespace tandem

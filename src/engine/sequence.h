@@ -17,6 +17,7 @@
 #include "sampling/sampling_params.h"
 #include "sampling/stop_checker.h"
 #include "tokenizer/tokenizer.h"
+#include "trace/trace.h"
 
 namespace tandem {
 
@@ -42,7 +43,17 @@ struct Sequence {
   std::unique_ptr<IncrementalDetokenizer> detok;
   std::unique_ptr<StopChecker> stop;
 
+  // Speculative decoding (a draft model on the decode stage).
+  bool speculative = false;
+  BlockTable draft_pages;        // in the draft's pool
+  int64_t draft_computed = 0;    // tokens whose draft K/V is in draft_pages
+  SamplingRng draft_rng;         // the draft's own stream: proposals never shift the target's draws
+  double spec_acceptance = 0.7;  // running per-token acceptance (optimistic start: it probes)
+  int32_t spec_steps = 0;
+  SpecStats spec;
+
   int32_t preemptions = 0;
+  RequestTrace trace;  // spans of every stage that worked on it
   Clock::time_point arrival;
   std::optional<Clock::time_point> first_scheduled;
   std::optional<Clock::time_point> prefill_done;

@@ -44,6 +44,60 @@ std::vector<int32_t> sample_step(ModelRunner& runner, const StepBatch& batch) {
   return sampled;
 }
 
+void trace_step(std::span<const ScheduledSeq> scheduled, Track prefill, Track decode,
+                int64_t start_ns, int64_t end_ns) {
+  const int32_t batch = int32_t(scheduled.size());
+  for (const ScheduledSeq& s : scheduled) {
+    Sequence& seq = *s.seq;
+    Span span;
+    const bool is_prefill = seq.in_prefill() || s.num_tokens > 1;
+    span.name = is_prefill ? "prefill_chunk" : "decode_step";
+    span.track = is_prefill ? prefill : decode;
+    span.start_ns = start_ns;
+    span.dur_ns = end_ns - start_ns;
+    span.index = is_prefill ? seq.prefill_chunks - 1 : seq.decode_steps;
+    span.tokens = s.num_tokens;
+    span.batch = batch;
+    seq.trace.add(span);
+  }
+}
+
+void Telemetry::on_finish(Sequence& seq, const FinishEvent& ev) {
+  const RequestTimings& t = ev.timings;
+  if (seq.first_scheduled) metrics.queue_time.observe(t.queue_ms / 1e3);
+  if (seq.prefill_done) metrics.prefill_time.observe(t.prefill_ms / 1e3);
+  if (seq.first_token) {
+    metrics.ttft.observe(t.ttft_ms / 1e3);
+    metrics.decode_time.observe(t.decode_ms / 1e3);
+  }
+  if (ev.usage.completion_tokens > 1) metrics.itl.observe(t.tpot_ms / 1e3);
+  metrics.e2e.observe(t.e2e_ms / 1e3);
+  metrics.prompt_tokens += uint64_t(ev.usage.prompt_tokens);
+  metrics.generation_tokens += uint64_t(ev.usage.completion_tokens);
+  metrics.preemptions += uint64_t(seq.preemptions);
+  metrics.count_finished(finish_reason_name(ev.reason));
+
+  RequestTrace& tr = seq.trace;
+  tr.request_id = seq.id;
+  tr.arrival_ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(seq.arrival.time_since_epoch()).count();
+  tr.finish_ns = trace_now_ns();
+  tr.prompt_tokens = ev.usage.prompt_tokens;
+  tr.completion_tokens = ev.usage.completion_tokens;
+  tr.finish_reason = finish_reason_name(ev.reason);
+  if (seq.first_scheduled) {
+    Span q;
+    q.name = "queue";
+    q.track = Track::kDaemon;
+    q.start_ns = tr.arrival_ns;
+    q.dur_ns =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(*seq.first_scheduled - seq.arrival)
+            .count();
+    tr.add(q);
+  }
+  traces.push(std::move(tr));
+}
+
 void commit_step(std::span<const ScheduledSeq> scheduled, BlockTable Sequence::*table) {
   for (const ScheduledSeq& s : scheduled) {
     s.seq->num_computed += s.num_tokens;
@@ -82,6 +136,7 @@ FinishEvent make_finish_event(Sequence& seq, FinishReason reason, std::optional<
   t.e2e_ms = ms_between(seq.arrival, now);
   t.prefill_chunks = seq.prefill_chunks;
   t.decode_steps = seq.decode_steps;
+  if (seq.speculative) ev.spec = seq.spec;
   if (reason != FinishReason::kError) ev.text_tail = seq.stop->flush(seq.detok->flush());
   return ev;
 }

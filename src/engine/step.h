@@ -9,6 +9,8 @@
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
 #include "runner/runner.h"
+#include "trace/metrics.h"
+#include "trace/trace.h"
 
 namespace tandem {
 
@@ -30,12 +32,24 @@ StepBatch build_step_batch(std::span<const ScheduledSeq> scheduled, BlockTable S
 // banned until min_tokens outputs exist.
 std::vector<int32_t> sample_step(ModelRunner& runner, const StepBatch& batch);
 
+// Adds a span for this step to every scheduled sequence's trace: prefill chunks on `prefill`,
+// decode tokens on `decode`. Call before commit_step (it reads what was pending).
+void trace_step(std::span<const ScheduledSeq> scheduled, Track prefill, Track decode,
+                int64_t start_ns, int64_t end_ns);
+
 // Marks the scheduled tokens computed in `table`.
 void commit_step(std::span<const ScheduledSeq> scheduled, BlockTable Sequence::*table);
 
 // Appends a sampled token, streams its text to the observer, checks stop conditions. Returns the
 // finish reason when the sequence is done.
 std::optional<FinishReason> emit_token(Sequence& seq, int32_t token, Clock::time_point now);
+
+// Metrics and the trace ring shared by every engine: observes a finished request.
+struct Telemetry {
+  EngineMetrics metrics;
+  TraceRing traces{256};
+  void on_finish(Sequence& seq, const FinishEvent& ev);
+};
 
 // The finish event of a sequence (usage, timings, the text held back until now).
 FinishEvent make_finish_event(Sequence& seq, FinishReason reason, std::optional<Error> error,

@@ -25,6 +25,12 @@ struct LayerWeights {
   const TensorView* gate_proj;       // [intermediate, hidden]
   const TensorView* up_proj;         // [intermediate, hidden]
   const TensorView* down_proj;       // [hidden, intermediate]
+  // Llama only: attention_bias also gives o_proj a bias, mlp_bias gives the MLP biases.
+  // Null otherwise; a runner that does not apply them must refuse a model that has them.
+  const TensorView* o_bias = nullptr;     // [hidden] or null
+  const TensorView* gate_bias = nullptr;  // [intermediate] or null
+  const TensorView* up_bias = nullptr;    // [intermediate] or null
+  const TensorView* down_bias = nullptr;  // [hidden] or null
 };
 
 struct ModelWeights {
@@ -43,7 +49,9 @@ struct ModelDir {
 };
 
 // Refuses .bin / pickle checkpoints with a message (never unpickles). Missing, unexpected or
-// mis-shaped tensors are errors naming the tensor and file.
+// mis-shaped tensors are errors naming the tensor and file. The eos ids of
+// generation_config.json are appended to config.eos_token_ids (as transformers stops on
+// either), so consumers need only config.eos_token_ids.
 Result<ModelDir> load_model_dir(const std::string& path);
 
 // Resolve and shape-check the weights against a config; used by load_model_dir and by tests

@@ -6,6 +6,7 @@
 #include <span>
 #include <vector>
 
+#include "sampling/philox.h"
 #include "sampling/sampling_params.h"
 
 namespace tandem {
@@ -16,9 +17,9 @@ struct SamplingRng {
   uint64_t seed = 0;
   uint64_t counter = 0;  // draws made so far
   // Uniform in [0, 1) for draw number `counter`, then counter++.
-  double next_uniform();
+  double next_uniform() { return philox_uniform(seed, counter++); }
 };
-double philox_uniform(uint64_t seed, uint64_t counter);
+// philox_uniform(seed, counter) lives in sampling/philox.h, shared with the CUDA sampler.
 
 // What the penalties need to know about a sequence.
 struct TokenHistory {
@@ -34,12 +35,23 @@ void apply_logits_processors(std::span<float> logits, const ResolvedSampling& pa
 
 // Temperature, top-k, top-p and min-p turn processed logits into a probability vector [vocab]
 // (zeros outside the kept set). Speculative decoding applies this to draft and target alike.
+// The rules the CUDA sampler mirrors, in order: logits / temperature; top-k keeps every logit >=
+// the k-th largest (ties all stay); softmax; top-p sorts by probability (lower id first on ties)
+// and keeps tokens until their sum reaches top_p (at least one); min-p drops p < min_p × p_max;
+// renormalise. Temperature 0 gives a one-hot vector at the argmax (lowest id on ties).
 void logits_to_probs(std::span<const float> logits, const ResolvedSampling& params,
                      std::span<float> probs);
 
-// Greedy (argmax, lowest id on ties) when temperature == 0, else inverse-CDF sampling of
-// logits_to_probs with one uniform draw.
+// Greedy (argmax, lowest id on ties) when temperature == 0, without a draw; else inverse-CDF
+// sampling of logits_to_probs with exactly one uniform draw.
 int32_t sample_token(std::span<const float> processed_logits, const ResolvedSampling& params,
                      SamplingRng& rng);
+
+// The pieces of sample_token, shared with speculative acceptance.
+// Lowest id among the largest values; NaN never wins.
+int32_t argmax_lowest(std::span<const float> values);
+// The first id whose cumulative probability exceeds u × total (total = sum of probs, so rounding
+// in the normalisation cannot run off the end); zero-probability ids are never returned.
+int32_t sample_from_probs(std::span<const float> probs, double u);
 
 }  // namespace tandem

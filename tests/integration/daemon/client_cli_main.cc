@@ -1,13 +1,16 @@
-// A copy of the `tandem` CLI with only the daemon client commands, so the daemon's integration
-// tests can drive them before (and without) the in-process engine commands.
+// A copy of the `tandem` CLI (tools/tandem.cc's commands) built here, so the daemon's integration
+// tests can drive the client commands and compare with `run` whether or not tools/ builds it.
 #include <CLI/CLI.hpp>
 
 #include "tools/commands.h"
 
 int main(int argc, char** argv) {
-  CLI::App app{"tandem (daemon client commands)"};
+  CLI::App app{"tandem (test copy)"};
   app.require_subcommand(1);
   int exit_code = 0;
+  tandem::cli::register_run(app, exit_code);
+  tandem::cli::register_tokenize(app, exit_code);
+  tandem::cli::register_mkmodel(app, exit_code);
   tandem::cli::register_generate(app, exit_code);
   tandem::cli::register_chat(app, exit_code);
   tandem::cli::register_status(app, exit_code);

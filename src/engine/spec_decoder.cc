@@ -1,0 +1,257 @@
+#include "engine/spec_decoder.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "core/check.h"
+#include "sampling/speculative.h"
+
+namespace tandem {
+
+namespace {
+
+// Expected tokens emitted per step with k drafts at per-token acceptance a:
+// 1 + a + a^2 + ... + a^k (the bonus or correction token always comes).
+double expected_tokens(double a, int32_t k) {
+  double sum = 0, term = 1;
+  for (int32_t i = 0; i <= k; ++i, term *= a) sum += term;
+  return sum;
+}
+
+double now_ms() {
+  return std::chrono::duration<double, std::milli>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+int32_t DraftLengthPolicy::choose(const Sequence& seq, int32_t batch_size) const {
+  if (!config_.enabled || config_.draft_max < 1 || batch_size > config_.max_batch) return 0;
+  // Speed-up of k drafts over plain decoding: tokens per step over cost per step, where one
+  // step costs one target pass (verifying k+1 positions costs about the same while decode is
+  // bandwidth-bound) plus k draft passes.
+  int32_t best_k = 0;
+  double best = 1.0;
+  for (int32_t k = std::max(1, config_.draft_min); k <= config_.draft_max; ++k) {
+    const double gain = expected_tokens(seq.spec_acceptance, k) / (1.0 + k * cost_ratio_);
+    if (gain > best) {
+      best = gain;
+      best_k = k;
+    }
+  }
+  // Off for this sequence: every 16th step it probes with draft_min, so acceptance that recovers
+  // (the text became predictable) is noticed.
+  if (best_k == 0 && seq.decode_steps % 16 == 15) return std::max(1, config_.draft_min);
+  return best_k;
+}
+
+void DraftLengthPolicy::observe_costs(double draft_step_ms, double target_step_ms) {
+  if (draft_step_ms <= 0 || target_step_ms <= 0) return;
+  cost_ratio_ = 0.9 * cost_ratio_ + 0.1 * (draft_step_ms / target_step_ms);
+}
+
+SpecDecoder::SpecDecoder(ModelRunner& target, ModelRunner& draft, PagePool& draft_pool,
+                         SpecConfig config, int32_t valid_vocab)
+    : target_(target),
+      draft_(draft),
+      draft_pool_(draft_pool),
+      policy_(config),
+      valid_vocab_(valid_vocab) {}
+
+void SpecDecoder::release(Sequence& seq) {
+  seq.draft_pages.release_all(draft_pool_);
+  seq.draft_computed = 0;
+}
+
+std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> seqs,
+                                                    PagePool& target_pool, int32_t page_size) {
+  const size_t n = seqs.size();
+  const int32_t W = valid_vocab_;  // rows compared between the two models
+  // Per sequence: k, the proposals, and the draft's probabilities for them.
+  std::vector<int32_t> ks(n);
+  std::vector<std::vector<int32_t>> proposals(n);
+  std::vector<std::vector<float>> draft_probs(n);      // [k, W] when sampling
+  std::vector<std::pair<Sequence*, int64_t>> catchup;  // (sequence, draft tokens to reach)
+  for (size_t i = 0; i < n; ++i) {
+    Sequence& seq = *seqs[i];
+    TANDEM_CHECK(seq.pending() == 1);
+    int32_t k = policy_.choose(seq, int32_t(n));
+    const int64_t len = int64_t(seq.tokens.size());
+    if (len - seq.draft_computed > policy_.config().catchup_chunk) {
+      // The draft is far behind (a long prompt): it catches up in chunks, proposing nothing yet.
+      const int64_t upto = seq.draft_computed + policy_.config().catchup_chunk;
+      if (seq.draft_pages.reserve(draft_pool_, upto, page_size)) catchup.push_back({&seq, upto});
+      ks[i] = 0;
+      continue;
+    }
+    // Room for the proposals in both caches, else fewer of them.
+    while (k > 0 && !(seq.pages.reserve(target_pool, len + k, page_size) &&
+                      seq.draft_pages.reserve(draft_pool_, len + k - 1, page_size))) {
+      --k;
+    }
+    ks[i] = k;
+  }
+
+  if (!catchup.empty()) {
+    std::vector<int32_t> tokens;
+    std::vector<SeqSlice> slices;
+    for (auto& [seq, upto] : catchup) {
+      SeqSlice s;
+      s.q_start = int32_t(tokens.size());
+      s.q_len = int32_t(upto - seq->draft_computed);
+      s.context_len = int32_t(upto);
+      s.pages = seq->draft_pages.pages;
+      tokens.insert(tokens.end(), seq->tokens.begin() + seq->draft_computed,
+                    seq->tokens.begin() + upto);
+      slices.push_back(s);
+      seq->draft_computed = upto;
+      seq->draft_pages.num_tokens = upto;
+    }
+    draft_.forward(ForwardBatch{tokens, slices, {}});
+  }
+
+  // Draft: round r proposes token r of every sequence still proposing. The first round also
+  // catches the draft up on tokens it has not computed (prompt, last bonus token).
+  const int32_t max_k = *std::max_element(ks.begin(), ks.end());
+  double draft_ms = 0;
+  for (int32_t r = 0; r < max_k; ++r) {
+    std::vector<int32_t> tokens, rows;
+    std::vector<SeqSlice> slices;
+    std::vector<size_t> who;
+    for (size_t i = 0; i < n; ++i) {
+      if (ks[i] <= r) continue;
+      Sequence& seq = *seqs[i];
+      // The draft's view: real tokens, then its proposals so far.
+      std::vector<int32_t> view(seq.tokens);
+      view.insert(view.end(), proposals[i].begin(), proposals[i].end());
+      SeqSlice s;
+      s.q_start = int32_t(tokens.size());
+      s.q_len = int32_t(int64_t(view.size()) - seq.draft_computed);
+      s.context_len = int32_t(view.size());
+      s.pages = seq.draft_pages.pages;
+      tokens.insert(tokens.end(), view.begin() + seq.draft_computed, view.end());
+      rows.push_back(s.q_start + s.q_len - 1);
+      slices.push_back(s);
+      who.push_back(i);
+      seq.draft_computed = int64_t(view.size());
+      seq.draft_pages.num_tokens = seq.draft_computed;
+    }
+    const double t0 = now_ms();
+    draft_.forward(ForwardBatch{tokens, slices, rows});
+    const int64_t dv = draft_.config().vocab_size;
+    logits_.resize(rows.size() * size_t(dv));
+    draft_.copy_logits(logits_);
+    draft_ms += now_ms() - t0;
+    for (size_t j = 0; j < who.size(); ++j) {
+      Sequence& seq = *seqs[who[j]];
+      std::span<float> row(logits_.data() + j * size_t(dv), size_t(W));
+      std::vector<int32_t> out(seq.output().begin(), seq.output().end());
+      out.insert(out.end(), proposals[who[j]].begin(), proposals[who[j]].end());
+      std::vector<int32_t> suppress;
+      if (int32_t(out.size()) < seq.params.min_tokens) {
+        suppress = seq.params.eos_token_ids;
+        suppress.insert(suppress.end(), seq.params.stop_token_ids.begin(),
+                        seq.params.stop_token_ids.end());
+      }
+      apply_logits_processors(row, seq.params, TokenHistory{seq.prompt(), out}, suppress, W);
+      int32_t token;
+      if (seq.params.greedy()) {
+        token = argmax_lowest(row);
+      } else {
+        std::vector<float> probs(static_cast<size_t>(W));
+        logits_to_probs(row, seq.params, probs);
+        token = sample_from_probs(probs, seq.draft_rng.next_uniform());
+        draft_probs[who[j]].insert(draft_probs[who[j]].end(), probs.begin(), probs.end());
+      }
+      proposals[who[j]].push_back(token);
+    }
+  }
+
+  // Target: one pass over [last token, proposals...] of every sequence, k+1 logit rows each.
+  std::vector<int32_t> tokens, rows;
+  std::vector<SeqSlice> slices;
+  for (size_t i = 0; i < n; ++i) {
+    Sequence& seq = *seqs[i];
+    SeqSlice s;
+    s.q_start = int32_t(tokens.size());
+    s.q_len = 1 + ks[i];
+    s.context_len = int32_t(seq.num_computed + s.q_len);
+    s.pages = seq.pages.pages;
+    tokens.push_back(seq.tokens.back());
+    tokens.insert(tokens.end(), proposals[i].begin(), proposals[i].end());
+    for (int32_t r = 0; r < s.q_len; ++r) rows.push_back(s.q_start + r);
+    slices.push_back(s);
+  }
+  const double t0 = now_ms();
+  target_.forward(ForwardBatch{tokens, slices, rows});
+  const int64_t tv = target_.config().vocab_size;
+  logits_.resize(rows.size() * size_t(tv));
+  target_.copy_logits(logits_);
+  const double target_ms = now_ms() - t0;
+  if (max_k > 0) policy_.observe_costs(draft_ms / max_k, target_ms);
+
+  std::vector<std::vector<int32_t>> result(n);
+  size_t row = 0;
+  for (size_t i = 0; i < n; ++i) {
+    Sequence& seq = *seqs[i];
+    const int32_t k = ks[i];
+    std::vector<float> processed(size_t(k + 1) * size_t(W));  // [k+1, W]
+    std::vector<int32_t> out(seq.output().begin(), seq.output().end());
+    for (int32_t r = 0; r <= k; ++r, ++row) {
+      std::span<float> dst(processed.data() + size_t(r) * size_t(W), size_t(W));
+      std::copy_n(logits_.data() + row * size_t(tv), W, dst.begin());
+      std::vector<int32_t> suppress;
+      if (int32_t(out.size()) < seq.params.min_tokens) {
+        suppress = seq.params.eos_token_ids;
+        suppress.insert(suppress.end(), seq.params.stop_token_ids.begin(),
+                        seq.params.stop_token_ids.end());
+      }
+      apply_logits_processors(dst, seq.params, TokenHistory{seq.prompt(), out}, suppress, W);
+      if (r < k) out.push_back(proposals[i][size_t(r)]);
+    }
+    SpeculativeResult accepted;
+    if (k == 0) {
+      accepted.tokens = {sample_token(processed, seq.params, seq.rng)};
+    } else if (seq.params.greedy()) {
+      accepted = accept_greedy(proposals[i], processed, W);
+    } else {
+      std::vector<float> target_probs(processed.size());
+      for (int32_t r = 0; r <= k; ++r) {
+        logits_to_probs(std::span<const float>(processed).subspan(size_t(r) * size_t(W), size_t(W)),
+                        seq.params,
+                        std::span<float>(target_probs).subspan(size_t(r) * size_t(W), size_t(W)));
+      }
+      accepted = accept_sampled(proposals[i], draft_probs[i], target_probs, W, seq.rng);
+    }
+    if (k > 0) {
+      seq.spec.proposed += k;
+      seq.spec.accepted += accepted.num_accepted;
+      if (seq.spec.accepted_per_position.size() < size_t(policy_.config().draft_max)) {
+        seq.spec.accepted_per_position.resize(size_t(policy_.config().draft_max), 0);
+      }
+      for (int32_t p = 0; p < accepted.num_accepted; ++p)
+        seq.spec.accepted_per_position[size_t(p)]++;
+      seq.spec_steps++;
+      // Running per-token acceptance: accepted / proposed of this step, smoothed.
+      seq.spec_acceptance =
+          0.8 * seq.spec_acceptance + 0.2 * (double(accepted.num_accepted) / double(k));
+    }
+    result[i] = std::move(accepted.tokens);
+  }
+  return result;
+}
+
+void SpecDecoder::commit(Sequence& seq, int32_t emitted, PagePool& target_pool, int32_t page_size) {
+  // Tokens now end with the last emitted one, whose KV nobody computed yet.
+  (void)emitted;
+  seq.num_computed = int64_t(seq.tokens.size()) - 1;
+  seq.pages.num_tokens = seq.num_computed;
+  seq.pages.truncate(target_pool, seq.num_computed, page_size);
+  // The draft's KV is valid as far as its view agreed with the emitted tokens.
+  seq.draft_computed = std::min<int64_t>(seq.draft_computed, seq.num_computed);
+  seq.draft_pages.truncate(draft_pool_, seq.draft_computed, page_size);
+}
+
+}  // namespace tandem

@@ -1,0 +1,86 @@
+// Speculative decoding on the decode stage: the draft model proposes up to k tokens per
+// sequence, the target scores all proposals plus one bonus position in ONE forward (ragged query
+// lengths), and the lossless rule (sampling/speculative.h) accepts a prefix. Rejected positions
+// are rolled back by length in both KV caches: the pages stay, num_computed moves back, and the
+// next step overwrites them.
+//
+// The draft keeps its own KV pool and catches up lazily: each step it first computes whatever
+// it has not seen (the prompt on the first step, the bonus token afterwards), so prefill on
+// another stage, preemption and recompute need no extra path.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "engine/sequence.h"
+#include "kv/page_pool.h"
+#include "model/model_dir.h"
+#include "runner/runner.h"
+
+namespace tandem {
+
+struct SpecConfig {
+  int32_t draft_max = 4;   // --draft-max
+  int32_t draft_min = 1;   // --draft-min (when speculating at all)
+  bool enabled = true;     // --spec off
+  int32_t max_batch = 32;  // above this many running sequences, verify is compute-bound: no spec
+  int32_t catchup_chunk = 512;  // draft tokens one step may catch up (a long prompt takes steps)
+};
+
+// Chooses k per sequence from its running acceptance and the measured cost of a draft step
+// relative to a target step (docs/speculative.md explains the policy).
+class DraftLengthPolicy {
+ public:
+  explicit DraftLengthPolicy(SpecConfig config) : config_(config) {}
+  // 0 = do not speculate this step.
+  int32_t choose(const Sequence& seq, int32_t batch_size) const;
+  void observe_costs(double draft_step_ms, double target_step_ms);
+  double cost_ratio() const { return cost_ratio_; }
+  const SpecConfig& config() const { return config_; }
+
+ private:
+  SpecConfig config_;
+  double cost_ratio_ = 0.1;  // draft step / target step, EMA of measurements
+};
+
+// A draft model loaded for a decode stage: its weights, its runner and its own KV pool.
+struct DraftModel {
+  std::unique_ptr<ModelDir> model;  // heap: runners point into its WeightStore
+  std::unique_ptr<ModelRunner> runner;
+  std::unique_ptr<PagePool> pool;
+  SpecConfig config;
+};
+
+class SpecDecoder {
+ public:
+  SpecDecoder(ModelRunner& target, ModelRunner& draft, PagePool& draft_pool, SpecConfig config,
+              int32_t valid_vocab);
+
+  // One speculative step for `seqs`, each with exactly one pending target token and target
+  // pages reserved for it. Grows target pages for the proposals where the pool allows (else
+  // that sequence proposes fewer). Returns the tokens each sequence emits, 1..k+1 each; the
+  // caller appends them (stop conditions may cut them short) and then calls commit().
+  std::vector<std::vector<int32_t>> step(std::span<Sequence* const> seqs, PagePool& target_pool,
+                                         int32_t page_size);
+
+  // After the caller appended `emitted` tokens of the step's result to seq.tokens: KV is valid
+  // for all but the last token; roll both caches back to that length.
+  void commit(Sequence& seq, int32_t emitted, PagePool& target_pool, int32_t page_size);
+
+  // Frees the draft pages of a finished or preempted sequence.
+  void release(Sequence& seq);
+
+  DraftLengthPolicy& policy() { return policy_; }
+
+ private:
+  ModelRunner& target_;
+  ModelRunner& draft_;
+  PagePool& draft_pool_;
+  DraftLengthPolicy policy_;
+  int32_t valid_vocab_;
+  std::vector<float> logits_;  // scratch: [rows, vocab] fp32 from copy_logits
+};
+
+}  // namespace tandem

@@ -1,0 +1,86 @@
+#include "sampling/speculative.h"
+
+#include <algorithm>
+
+#include "core/check.h"
+
+namespace tandem {
+namespace {
+
+std::span<const float> row(std::span<const float> rows, size_t i, int32_t vocab) {
+  return rows.subspan(i * size_t(vocab), size_t(vocab));
+}
+
+void check_shapes(std::span<const int32_t> drafts, size_t draft_rows, size_t target_size,
+                  int32_t vocab) {
+  TANDEM_CHECK(vocab >= 1);
+  TANDEM_CHECK(draft_rows == drafts.size() * size_t(vocab), "draft rows %zu for %zu drafts",
+               draft_rows, drafts.size());
+  TANDEM_CHECK(target_size == (drafts.size() + 1) * size_t(vocab), "target rows %zu for %zu drafts",
+               target_size, drafts.size());
+  for (int32_t t : drafts) TANDEM_CHECK(t >= 0 && t < vocab, "draft token %d", t);
+}
+
+}  // namespace
+
+SpeculativeResult accept_greedy(std::span<const int32_t> draft_tokens,
+                                std::span<const float> target, int32_t vocab) {
+  check_shapes(draft_tokens, draft_tokens.size() * size_t(vocab), target.size(), vocab);
+  SpeculativeResult r;
+  for (size_t i = 0; i <= draft_tokens.size(); ++i) {
+    const int32_t best = argmax_lowest(row(target, i, vocab));
+    r.tokens.push_back(best);
+    if (i == draft_tokens.size() || best != draft_tokens[i]) break;
+    r.num_accepted++;
+  }
+  return r;
+}
+
+void residual_distribution(std::span<const float> target_probs, std::span<const float> draft_probs,
+                           std::span<float> out) {
+  TANDEM_CHECK(target_probs.size() == draft_probs.size() && out.size() == target_probs.size());
+  double total = 0.0;
+  for (size_t i = 0; i < out.size(); ++i) {
+    out[i] = std::max(0.0f, target_probs[i] - draft_probs[i]);
+    total += double(out[i]);
+  }
+  if (total > 0.0)
+    for (float& p : out) p = float(double(p) / total);
+}
+
+SpeculativeResult accept_sampled(std::span<const int32_t> draft_tokens,
+                                 std::span<const float> draft_probs,
+                                 std::span<const float> target_probs, int32_t vocab,
+                                 SamplingRng& rng, ResidualFn residual) {
+  check_shapes(draft_tokens, draft_probs.size(), target_probs.size(), vocab);
+  SpeculativeResult r;
+  for (size_t i = 0; i < draft_tokens.size(); ++i) {
+    const int32_t x = draft_tokens[i];
+    const std::span<const float> p_t = row(target_probs, i, vocab);
+    const std::span<const float> p_d = row(draft_probs, i, vocab);
+    const double pt = p_t[size_t(x)];
+    const double pd = p_d[size_t(x)];
+    // u < p_t / p_d without dividing: also right when p_d(x) == 0 (a draft the draft
+    // distribution could not produce is accepted iff the target allows it).
+    const double u = rng.next_uniform();
+    if (u * pd < pt) {
+      r.tokens.push_back(x);
+      r.num_accepted++;
+      continue;
+    }
+    std::vector<float> res(
+        static_cast<size_t>(vocab));  // [vocab] where the target has more mass than the draft
+    residual(p_t, p_d, res);
+    const bool any = std::any_of(res.begin(), res.end(), [](float p) { return p > 0.0f; });
+    // A rejection with an empty residual only happens through float rounding when p_t ≈ p_d;
+    // p_t is then the right distribution.
+    r.tokens.push_back(
+        sample_from_probs(any ? std::span<const float>(res) : p_t, rng.next_uniform()));
+    return r;
+  }
+  r.tokens.push_back(
+      sample_from_probs(row(target_probs, draft_tokens.size(), vocab), rng.next_uniform()));
+  return r;
+}
+
+}  // namespace tandem

@@ -1,0 +1,289 @@
+// Reads tokenizer.json into Pipeline. Every component type tandem does not implement is a
+// kTokenizer error naming it, so a model never loads with silently different tokenization.
+#include <nlohmann/json.hpp>
+
+#include "tokenizer/byte_level.h"
+#include "tokenizer/tokenizer_impl.h"
+
+namespace tandem::tokenizer {
+namespace {
+
+using nlohmann::json;
+
+// GPT-2's pattern, used by a ByteLevel pre-tokenizer with use_regex = true.
+constexpr const char* kGpt2Pattern =
+    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+
+Error tok_error(std::string message) {
+  return make_error(ErrorCode::kTokenizer, "tokenizer.json: " + std::move(message));
+}
+
+std::string type_of(const json& j) {
+  return j.is_object() && j.contains("type") && j["type"].is_string()
+             ? j["type"].get<std::string>()
+             : std::string("(missing type)");
+}
+
+bool flag(const json& j, const char* key, bool fallback) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_boolean() ? it->get<bool>() : fallback;
+}
+
+Status parse_normalizer(const json& j, std::vector<NormalForm>& out) {
+  if (j.is_null()) return Status::Ok();
+  std::string type = type_of(j);
+  if (type == "Sequence") {
+    for (const json& n : j.value("normalizers", json::array()))
+      TANDEM_TRY(parse_normalizer(n, out));
+    return Status::Ok();
+  }
+  if (type == "NFC") {
+    out.push_back(NormalForm::kNfc);
+  } else if (type == "NFD") {
+    out.push_back(NormalForm::kNfd);
+  } else if (type == "NFKC") {
+    out.push_back(NormalForm::kNfkc);
+  } else if (type == "NFKD") {
+    out.push_back(NormalForm::kNfkd);
+  } else {
+    return tok_error("normalizer type '" + type + "' is not supported");
+  }
+  return Status::Ok();
+}
+
+Status parse_pre_tokenizer(const json& j, std::vector<PreTokenizerStep>& out) {
+  if (j.is_null()) return Status::Ok();
+  std::string type = type_of(j);
+  if (type == "Sequence") {
+    for (const json& p : j.value("pretokenizers", json::array())) {
+      TANDEM_TRY(parse_pre_tokenizer(p, out));
+    }
+    return Status::Ok();
+  }
+  if (type == "Split") {
+    const json& pattern = j.value("pattern", json::object());
+    std::string regex;
+    if (pattern.contains("Regex") && pattern["Regex"].is_string()) {
+      regex = pattern["Regex"].get<std::string>();
+    } else {
+      return tok_error("pre_tokenizer Split: only a {\"Regex\": ...} pattern is supported");
+    }
+    std::string behavior = j.value("behavior", std::string());
+    SplitBehavior b;
+    if (behavior == "Isolated") {
+      b = SplitBehavior::kIsolated;
+    } else if (behavior == "Removed") {
+      b = SplitBehavior::kRemoved;
+    } else {
+      return tok_error("pre_tokenizer Split behavior '" + behavior + "' is not supported");
+    }
+    TANDEM_ASSIGN_OR_RETURN(RegexSplit split,
+                            RegexSplit::compile(regex, b, flag(j, "invert", false)));
+    out.push_back({std::move(split), false});
+    return Status::Ok();
+  }
+  if (type == "ByteLevel") {
+    PreTokenizerStep step;
+    step.add_prefix_space = flag(j, "add_prefix_space", false);
+    // HF prepends the space to every piece present at this stage; tandem does it per segment
+    // between added tokens, which is the same only when nothing split the text before.
+    if (step.add_prefix_space && !out.empty()) {
+      return tok_error(
+          "pre_tokenizer ByteLevel add_prefix_space after another pre-tokenizer "
+          "is not supported");
+    }
+    if (flag(j, "use_regex", true)) {
+      TANDEM_ASSIGN_OR_RETURN(RegexSplit split,
+                              RegexSplit::compile(kGpt2Pattern, SplitBehavior::kIsolated, false));
+      step.split = std::move(split);
+    }
+    out.push_back(std::move(step));
+    return Status::Ok();
+  }
+  return tok_error("pre_tokenizer type '" + type + "' is not supported");
+}
+
+// Post-processors: ByteLevel only trims offsets (ids unchanged); TemplateProcessing's "single"
+// template gives the ids around the text.
+Status parse_post_processor(const json& j, Pipeline& impl) {
+  if (j.is_null()) return Status::Ok();
+  std::string type = type_of(j);
+  if (type == "Sequence") {
+    for (const json& p : j.value("processors", json::array())) {
+      TANDEM_TRY(parse_post_processor(p, impl));
+    }
+    return Status::Ok();
+  }
+  if (type == "ByteLevel") return Status::Ok();
+  if (type != "TemplateProcessing") {
+    return tok_error("post_processor type '" + type + "' is not supported");
+  }
+  impl.has_template = true;
+  impl.post_prefix.clear();
+  impl.post_suffix.clear();
+  const json& specials = j.value("special_tokens", json::object());
+  bool seen_sequence = false;
+  for (const json& piece : j.value("single", json::array())) {
+    if (piece.contains("Sequence")) {
+      seen_sequence = true;
+      continue;
+    }
+    if (!piece.contains("SpecialToken")) {
+      return tok_error("post_processor TemplateProcessing: unknown template piece " + piece.dump());
+    }
+    std::string name = piece["SpecialToken"].value("id", std::string());
+    auto it = specials.find(name);
+    if (it == specials.end() || !it->contains("ids")) {
+      return tok_error("post_processor TemplateProcessing: special token '" + name +
+                       "' missing from special_tokens");
+    }
+    auto& dst = seen_sequence ? impl.post_suffix : impl.post_prefix;
+    for (const json& id : (*it)["ids"]) dst.push_back(id.get<int32_t>());
+  }
+  return Status::Ok();
+}
+
+Status check_bpe_options(const json& model) {
+  if (type_of(model) != "BPE")
+    return tok_error("model type '" + type_of(model) + "' is not supported");
+  if (flag(model, "byte_fallback", false))
+    return tok_error("model BPE byte_fallback is not supported");
+  if (model.contains("dropout") && model["dropout"].is_number() &&
+      model["dropout"].get<double>() > 0.0) {
+    return tok_error("model BPE dropout is not supported");
+  }
+  for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
+    if (model.contains(key) && model[key].is_string() && !model[key].get<std::string>().empty()) {
+      return tok_error(std::string("model BPE ") + key + " is not supported");
+    }
+  }
+  return Status::Ok();
+}
+
+Result<BpeModel> parse_bpe(const json& model, Pipeline& impl) {
+  TANDEM_TRY(check_bpe_options(model));
+  const json& vocab = model.value("vocab", json::object());
+  if (!vocab.is_object() || vocab.empty()) return tok_error("model.vocab is missing or empty");
+  std::unordered_map<std::string, int32_t> piece_ids;  // raw bytes -> id
+  piece_ids.reserve(vocab.size());
+  int32_t max_id = -1;
+  for (auto it = vocab.begin(); it != vocab.end(); ++it) {
+    int32_t id = it.value().get<int32_t>();
+    if (id < 0) return tok_error("model.vocab: negative id for '" + it.key() + "'");
+    max_id = std::max(max_id, id);
+    impl.token_ids.emplace(it.key(), id);
+  }
+  impl.id_bytes.assign(size_t(max_id) + 1, std::string());
+  for (const auto& [token, id] : impl.token_ids) {
+    std::optional<std::string> bytes = token_chars_to_bytes(token);
+    std::string raw = bytes ? std::move(*bytes) : token;
+    piece_ids.emplace(raw, id);
+    impl.id_bytes[size_t(id)] = std::move(raw);
+  }
+  std::vector<int32_t> byte_ids(256, -1);
+  for (int b = 0; b < 256; ++b) {
+    auto it = impl.token_ids.find(byte_to_token_char(uint8_t(b)));
+    if (it != impl.token_ids.end()) byte_ids[size_t(b)] = it->second;
+  }
+  const json& merges = model.value("merges", json::array());
+  if (!merges.is_array()) return tok_error("model.merges is not a list");
+  std::unordered_map<uint64_t, MergeResult> merge_map;
+  merge_map.reserve(merges.size());
+  std::string left, right;
+  for (size_t rank = 0; rank < merges.size(); ++rank) {
+    const json& m = merges[rank];
+    if (m.is_string()) {
+      const std::string& s = m.get_ref<const std::string&>();
+      size_t sp = s.find(' ');
+      if (sp == std::string::npos || s.find(' ', sp + 1) != std::string::npos) {
+        return tok_error("model.merges[" + std::to_string(rank) + "] '" + s +
+                         "' is not two tokens");
+      }
+      left = s.substr(0, sp);
+      right = s.substr(sp + 1);
+    } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
+      left = m[0].get<std::string>();
+      right = m[1].get<std::string>();
+    } else {
+      return tok_error("model.merges[" + std::to_string(rank) + "] is not a pair of tokens");
+    }
+    auto l = impl.token_ids.find(left);
+    auto r = impl.token_ids.find(right);
+    auto merged = impl.token_ids.find(left + right);
+    if (l == impl.token_ids.end() || r == impl.token_ids.end() || merged == impl.token_ids.end()) {
+      return tok_error("model.merges[" + std::to_string(rank) + "] '" + left + " " + right +
+                       "' uses a token missing from the vocabulary");
+    }
+    // A repeated pair keeps its last rank, as HF's map collection does.
+    merge_map.insert_or_assign(BpeModel::pair_key(l->second, r->second),
+                               MergeResult{int32_t(rank), merged->second});
+  }
+  return BpeModel(std::move(byte_ids), std::move(merge_map), std::move(piece_ids),
+                  flag(model, "ignore_merges", false));
+}
+
+Status parse_added_tokens(const json& added, Pipeline& impl) {
+  std::vector<AddedToken> raw, normalized;
+  for (const json& a : added) {
+    AddedToken t;
+    t.id = a.value("id", -1);
+    t.content = a.value("content", std::string());
+    if (t.id < 0 || t.content.empty())
+      return tok_error("added_tokens entry " + a.dump() + " is invalid");
+    t.special = flag(a, "special", false);
+    t.lstrip = flag(a, "lstrip", false);
+    t.rstrip = flag(a, "rstrip", false);
+    t.single_word = flag(a, "single_word", false);
+    t.normalized = flag(a, "normalized", !t.special);
+    if (size_t(t.id) >= impl.id_bytes.size()) {
+      impl.id_bytes.resize(size_t(t.id) + 1);
+      impl.id_special.resize(size_t(t.id) + 1, 0);
+    }
+    // The ByteLevel decoder maps an added token's characters like any other token's.
+    std::optional<std::string> bytes = token_chars_to_bytes(t.content);
+    impl.id_bytes[size_t(t.id)] = bytes ? *bytes : t.content;
+    impl.id_special[size_t(t.id)] = t.special ? 1 : 0;
+    impl.token_ids.insert_or_assign(t.content, t.id);
+    (t.normalized ? normalized : raw).push_back(std::move(t));
+  }
+  impl.raw_added = AddedTokenMatcher(std::move(raw));
+  impl.normalized_added = AddedTokenMatcher(std::move(normalized));
+  return Status::Ok();
+}
+
+Status check_decoder(const json& j) {
+  std::string type = type_of(j);
+  if (type == "ByteLevel") return Status::Ok();
+  if (j.is_null()) return tok_error("decoder is missing (ByteLevel is required)");
+  return tok_error("decoder type '" + type + "' is not supported");
+}
+
+Result<Pipeline> parse_tokenizer_json_checked(std::string_view json_text) {
+  json j = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return tok_error("not a JSON object");
+  Pipeline pipeline;
+  Pipeline* impl = &pipeline;
+  TANDEM_TRY(parse_normalizer(j.value("normalizer", json()), impl->normalizer));
+  TANDEM_TRY(parse_pre_tokenizer(j.value("pre_tokenizer", json()), impl->pre_tokenizer));
+  TANDEM_TRY(check_decoder(j.value("decoder", json())));
+  if (!j.contains("model")) return tok_error("model is missing");
+  TANDEM_ASSIGN_OR_RETURN(BpeModel bpe, parse_bpe(j["model"], *impl));
+  impl->bpe.emplace(std::move(bpe));
+  impl->id_special.resize(impl->id_bytes.size(), 0);
+  TANDEM_TRY(parse_added_tokens(j.value("added_tokens", json::array()), *impl));
+  TANDEM_TRY(parse_post_processor(j.value("post_processor", json()), *impl));
+  return pipeline;
+}
+
+}  // namespace
+
+// A field of the wrong JSON type throws inside nlohmann; that is a broken file, not a crash.
+Result<Pipeline> parse_tokenizer_json(std::string_view json_text) {
+  try {
+    return parse_tokenizer_json_checked(json_text);
+  } catch (const nlohmann::json::exception& e) {
+    return tok_error(std::string("unexpected field type: ") + e.what());
+  }
+}
+
+}  // namespace tandem::tokenizer
