@@ -48,6 +48,27 @@ class RunTest(unittest.TestCase):
         self.assertGreater(a["timings"]["ttft"], 0)
         self.assertIsInstance(a["text"], str)
 
+    def test_two_stages_and_a_draft_change_no_greedy_token(self):
+        m = model("tiny-qwen", QWEN_TOK)
+        d = model("tiny-qwen-draft", QWEN_TOK)
+        base = ["--model", m, "--prompt", "The quick brown fox", "--max-tokens", 16,
+                "--temperature", 0, "--ignore-eos"]
+        want = run_json(*base)["token_ids"]
+        two = run_json(*base, "--prefill-device", "cpu:0", "--decode-device", "cpu:1",
+                       "--prefill-chunk", 3)
+        self.assertEqual(two["token_ids"], want)
+        self.assertGreaterEqual(two["timings"]["kv_ship"], 0)
+        for k in (1, 3, 8):
+            spec = run_json(*base, "--draft", d, "--draft-max", k, "--draft-min", 1)
+            self.assertEqual(spec["token_ids"], want, f"draft-max {k}")
+            self.assertIn("spec", spec)
+            self.assertGreaterEqual(spec["spec"]["proposed"], spec["spec"]["accepted"])
+        # The target as its own draft always agrees: every proposal is accepted.
+        same = run_json(*base, "--draft", m, "--draft-max", 4)
+        self.assertEqual(same["token_ids"], want)
+        self.assertGreater(same["spec"]["proposed"], 0)
+        self.assertEqual(same["spec"]["accepted"], same["spec"]["proposed"])
+
     def test_prompt_ids_equal_the_tokenized_prompt(self):
         m = model("tiny-qwen", QWEN_TOK)
         ids = json.loads(tandem("tokenize", "--model", m, "--text", "Hello, world", "--json").stdout)["ids"]

@@ -1,0 +1,103 @@
+#include "runner/cpu/cpu_ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "core/check.h"
+#include "core/dtype.h"
+
+namespace tandem {
+
+void weight_row_to_f32(const TensorView& w, int64_t row, float* out) {
+  const int64_t cols = w.shape.size() == 2 ? w.shape[1] : w.shape[0];
+  const size_t offset = size_t(row * cols);
+  switch (w.dtype) {
+    case DType::kF32:
+      std::memcpy(out, w.data + offset * 4, size_t(cols) * 4);
+      return;
+    case DType::kBF16: {
+      const auto* p = reinterpret_cast<const uint16_t*>(w.data) + offset;
+      for (int64_t i = 0; i < cols; ++i) out[i] = bf16_to_f32(p[i]);
+      return;
+    }
+    case DType::kF16: {
+      const auto* p = reinterpret_cast<const uint16_t*>(w.data) + offset;
+      for (int64_t i = 0; i < cols; ++i) out[i] = f16_to_f32(p[i]);
+      return;
+    }
+    default:
+      // load_model_dir only admits float weights; anything else is a loader bug.
+      TANDEM_CHECK(false, "weight %s has dtype %s; the CPU runner reads F32/F16/BF16",
+                   w.name.c_str(), std::string(dtype_name(w.dtype)).c_str());
+  }
+}
+
+float dot_f32(const float* a, const float* b, int64_t n) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; ++j) acc[j] += a[i + j] * b[i + j];
+  float tail = 0;
+  for (; i < n; ++i) tail += a[i] * b[i];
+  return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + tail;
+}
+
+void linear(ThreadPool& pool, const float* x, int64_t n, const TensorView& w,
+            const TensorView* bias, float* y) {
+  TANDEM_CHECK(w.shape.size() == 2, "%s is not a matrix", w.name.c_str());
+  const int64_t out_features = w.shape[0];
+  const int64_t in_features = w.shape[1];
+  std::vector<float> bias_f32;  // [out_features]
+  if (bias) {
+    bias_f32.resize(size_t(out_features));
+    weight_row_to_f32(*bias, 0, bias_f32.data());
+  }
+  // Parallel over blocks of output features: a block of weight rows is widened once and reused
+  // for every row of x (so weights are read once per call whatever the batch size), and each x
+  // row stays in cache across the block's dot products.
+  constexpr int64_t kBlock = 16;
+  const int64_t blocks = (out_features + kBlock - 1) / kBlock;
+  pool.parallel_for(blocks, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> rows(
+        static_cast<size_t>(kBlock * in_features));  // [kBlock, in_features] widened
+    for (int64_t blk = begin; blk < end; ++blk) {
+      const int64_t o0 = blk * kBlock;
+      const int64_t count = std::min(kBlock, out_features - o0);
+      for (int64_t r = 0; r < count; ++r)
+        weight_row_to_f32(w, o0 + r, rows.data() + r * in_features);
+      for (int64_t t = 0; t < n; ++t) {
+        const float* xr = x + t * in_features;
+        float* yr = y + t * out_features + o0;
+        for (int64_t r = 0; r < count; ++r) {
+          const float b = bias ? bias_f32[size_t(o0 + r)] : 0.0f;
+          yr[r] = dot_f32(xr, rows.data() + r * in_features, in_features) + b;
+        }
+      }
+    }
+  });
+}
+
+void rms_norm(const float* x, int64_t n, int64_t dim, const TensorView& weight, double eps,
+              float* y) {
+  std::vector<float> w(static_cast<size_t>(dim));  // [dim]
+  weight_row_to_f32(weight, 0, w.data());
+  for (int64_t t = 0; t < n; ++t) {
+    const float* xr = x + t * dim;
+    float* yr = y + t * dim;
+    // HF sums squares in fp32 (torch's mean), then rsqrt(variance + eps) in fp32.
+    const float variance = dot_f32(xr, xr, dim) / float(dim);
+    const float inv = 1.0f / std::sqrt(variance + float(eps));
+    for (int64_t i = 0; i < dim; ++i) yr[i] = w[size_t(i)] * (xr[i] * inv);
+  }
+}
+
+void silu_mul(const float* gate, const float* up, int64_t count, float* out) {
+  for (int64_t i = 0; i < count; ++i) {
+    const float g = gate[i];
+    out[i] = g / (1.0f + std::exp(-g)) * up[i];
+  }
+}
+
+}  // namespace tandem

@@ -1,0 +1,219 @@
+#include "runner/cpu/cpu_runner.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/check.h"
+#include "runner/cpu/cpu_ops.h"
+#include "runner/cpu/paged_attention.h"
+#include "runner/cpu/rope.h"
+
+namespace tandem {
+
+namespace {
+
+// Default KV budget when RunnerOptions::num_pages is 0.
+constexpr int64_t kDefaultKvBytes = int64_t(2) << 30;
+
+void grow(std::vector<float>& v, int64_t n) {
+  if (v.size() < size_t(n)) v.resize(size_t(n));
+}
+
+AttentionShape attention_shape(const ModelConfig& c, int32_t page_size) {
+  return AttentionShape{c.num_heads, c.num_kv_heads, c.head_dim, page_size};
+}
+
+}  // namespace
+
+CpuRunner::CpuRunner(const ModelDir& model, const RunnerOptions& opts, int32_t num_pages)
+    : model_(model),
+      page_size_(opts.page_size),
+      num_pages_(num_pages),
+      valid_vocab_(int32_t(model.config.vocab_size)),
+      pool_(opts.threads),
+      inv_freq_(rope_inv_freq(model.config)),
+      page_floats_(size_t(opts.page_size * model.config.num_kv_heads * model.config.head_dim)) {
+  // Uninitialised on purpose: untouched pages cost no memory, and a page is always written
+  // before it is read (the block table covers only written positions).
+  for (int64_t l = 0; l < model.config.num_layers; ++l) {
+    k_pages_.push_back(std::make_unique_for_overwrite<float[]>(page_floats_ * size_t(num_pages)));
+    v_pages_.push_back(std::make_unique_for_overwrite<float[]>(page_floats_ * size_t(num_pages)));
+  }
+}
+
+void CpuRunner::set_valid_vocab(int32_t valid_vocab) {
+  TANDEM_CHECK(valid_vocab > 0 && valid_vocab <= model_.config.vocab_size,
+               "valid_vocab %d outside (0, %lld]", valid_vocab,
+               (long long)model_.config.vocab_size);
+  valid_vocab_ = valid_vocab;
+}
+
+MemoryPlan CpuRunner::memory_plan() const {
+  MemoryPlan plan;
+  plan.weights_bytes = int64_t(model_.weights.total_bytes());
+  plan.kv_bytes = int64_t(page_floats_) * 4 * 2 * num_pages_ * model_.config.num_layers;
+  for (const auto* v : {&x_, &h_, &q_, &k_, &v_, &attn_, &gate_, &up_, &logits_})
+    plan.activation_bytes += int64_t(v->capacity() * sizeof(float));
+  const int64_t page = sysconf(_SC_PAGESIZE);
+  plan.device_total_bytes = int64_t(sysconf(_SC_PHYS_PAGES)) * page;
+  plan.device_free_bytes = int64_t(sysconf(_SC_AVPHYS_PAGES)) * page;
+  return plan;
+}
+
+// A malformed batch is a scheduler bug, never client input: checks, not Errors.
+void CpuRunner::check_batch(const ForwardBatch& batch) const {
+  const int64_t num_tokens = int64_t(batch.tokens.size());
+  int64_t covered = 0;
+  for (const SeqSlice& s : batch.seqs) {
+    TANDEM_CHECK(s.q_len > 0 && s.q_start >= 0 && s.q_start + s.q_len <= num_tokens,
+                 "slice [%d, +%d) outside the batch of %lld tokens", s.q_start, s.q_len,
+                 (long long)num_tokens);
+    TANDEM_CHECK(s.context_len >= s.q_len, "context_len %d < q_len %d", s.context_len, s.q_len);
+    TANDEM_CHECK(int64_t(s.pages.size()) * page_size_ >= s.context_len,
+                 "%zu pages cannot hold %d tokens", s.pages.size(), s.context_len);
+    for (int32_t p : s.pages)
+      TANDEM_CHECK(p >= 0 && p < num_pages_, "page id %d outside [0, %d)", p, num_pages_);
+    covered += s.q_len;
+  }
+  TANDEM_CHECK(covered == num_tokens, "slices cover %lld of %lld tokens", (long long)covered,
+               (long long)num_tokens);
+  for (int32_t t : batch.tokens)
+    TANDEM_CHECK(t >= 0 && t < model_.config.vocab_size, "token id %d outside the vocabulary", t);
+  for (int32_t r : batch.logit_rows)
+    TANDEM_CHECK(r >= 0 && r < num_tokens, "logit row %d outside the batch", r);
+}
+
+void CpuRunner::forward(const ForwardBatch& batch) {
+  check_batch(batch);
+  const ModelConfig& c = model_.config;
+  const int64_t n = int64_t(batch.tokens.size());
+  const int64_t hidden = c.hidden_size;
+  const int64_t q_width = c.num_heads * c.head_dim;
+  const int64_t kv_width = c.num_kv_heads * c.head_dim;
+  grow(x_, n * hidden);
+  grow(h_, n * hidden);
+  grow(q_, n * q_width);
+  grow(k_, n * kv_width);
+  grow(v_, n * kv_width);
+  grow(attn_, n * q_width);
+  grow(gate_, n * c.intermediate_size);
+  grow(up_, n * c.intermediate_size);
+
+  std::vector<int32_t> positions(static_cast<size_t>(n));  // [num_tokens] position of each token
+  for (const SeqSlice& s : batch.seqs)
+    for (int32_t i = 0; i < s.q_len; ++i)
+      positions[size_t(s.q_start + i)] = s.context_len - s.q_len + i;
+
+  for (int64_t t = 0; t < n; ++t)
+    weight_row_to_f32(*model_.tensors.embed_tokens, batch.tokens[size_t(t)],
+                      &x_[size_t(t * hidden)]);
+  for (int64_t l = 0; l < c.num_layers; ++l) run_layer(l, batch, positions);
+
+  // Final norm and lm_head only for the rows whose logits are wanted.
+  num_logits_ = int64_t(batch.logit_rows.size());
+  grow(logits_, num_logits_ * c.vocab_size);
+  std::vector<float> rows(static_cast<size_t>(num_logits_ * hidden));  // [num_logits, hidden]
+  for (int64_t i = 0; i < num_logits_; ++i)
+    std::copy_n(&x_[size_t(batch.logit_rows[size_t(i)] * hidden)], hidden,
+                &rows[size_t(i * hidden)]);
+  rms_norm(rows.data(), num_logits_, hidden, *model_.tensors.final_norm, c.rms_norm_eps,
+           rows.data());
+  linear(pool_, rows.data(), num_logits_, *model_.tensors.lm_head, nullptr, logits_.data());
+}
+
+void CpuRunner::run_layer(int64_t layer, const ForwardBatch& batch,
+                          const std::vector<int32_t>& positions) {
+  const ModelConfig& c = model_.config;
+  const LayerWeights& w = model_.tensors.layers[size_t(layer)];
+  const int64_t n = int64_t(batch.tokens.size());
+  const int64_t hidden = c.hidden_size;
+  const int64_t q_width = c.num_heads * c.head_dim;
+  const int64_t kv_width = c.num_kv_heads * c.head_dim;
+
+  // Attention block: x += o_proj(attention(rope(q), rope(k), v)).
+  rms_norm(x_.data(), n, hidden, *w.input_norm, c.rms_norm_eps, h_.data());
+  linear(pool_, h_.data(), n, *w.q_proj, w.q_bias, q_.data());
+  linear(pool_, h_.data(), n, *w.k_proj, w.k_bias, k_.data());
+  linear(pool_, h_.data(), n, *w.v_proj, w.v_bias, v_.data());
+  for (int64_t t = 0; t < n; ++t) {
+    apply_rope(&q_[size_t(t * q_width)], c.num_heads, c.head_dim, positions[size_t(t)], inv_freq_);
+    apply_rope(&k_[size_t(t * kv_width)], c.num_kv_heads, c.head_dim, positions[size_t(t)],
+               inv_freq_);
+  }
+  const AttentionShape shape = attention_shape(c, page_size_);
+  float* k_cache = k_pages_[size_t(layer)].get();
+  float* v_cache = v_pages_[size_t(layer)].get();
+  write_kv_pages(shape, batch.seqs, k_.data(), v_.data(), k_cache, v_cache);
+  paged_attention(pool_, shape, batch.seqs, q_.data(), k_cache, v_cache, attn_.data());
+  linear(pool_, attn_.data(), n, *w.o_proj, w.o_bias, h_.data());
+  for (int64_t i = 0; i < n * hidden; ++i) x_[size_t(i)] += h_[size_t(i)];
+
+  // MLP block: x += down(silu(gate(h)) * up(h)).
+  rms_norm(x_.data(), n, hidden, *w.post_attn_norm, c.rms_norm_eps, h_.data());
+  linear(pool_, h_.data(), n, *w.gate_proj, w.gate_bias, gate_.data());
+  linear(pool_, h_.data(), n, *w.up_proj, w.up_bias, up_.data());
+  silu_mul(gate_.data(), up_.data(), n * c.intermediate_size, gate_.data());
+  linear(pool_, gate_.data(), n, *w.down_proj, w.down_bias, h_.data());
+  for (int64_t i = 0; i < n * hidden; ++i) x_[size_t(i)] += h_[size_t(i)];
+}
+
+void CpuRunner::sample(std::span<const SampleRequest> requests, std::span<int32_t> out_tokens) {
+  TANDEM_CHECK(out_tokens.size() >= requests.size(), "%zu outputs for %zu requests",
+               out_tokens.size(), requests.size());
+  const int64_t vocab = model_.config.vocab_size;
+  std::vector<float> row(static_cast<size_t>(vocab));  // [vocab] processed copy of one logits row
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const SampleRequest& r = requests[i];
+    TANDEM_CHECK(r.params != nullptr, "sample request %zu has no parameters", i);
+    TANDEM_CHECK(r.logit_index >= 0 && r.logit_index < num_logits_,
+                 "logit_index %d outside the %lld rows of the last forward", r.logit_index,
+                 (long long)num_logits_);
+    TANDEM_CHECK(r.rng != nullptr || r.params->greedy(), "sample request %zu has no rng", i);
+    std::copy_n(&logits_[size_t(r.logit_index * vocab)], vocab, row.data());
+    apply_logits_processors(row, *r.params, r.history, r.suppress, valid_vocab_);
+    SamplingRng unused;  // greedy makes no draw
+    out_tokens[i] = sample_token(row, *r.params, r.rng ? *r.rng : unused);
+  }
+}
+
+void CpuRunner::copy_logits(std::span<float> out) {
+  const size_t count = size_t(num_logits_ * model_.config.vocab_size);
+  TANDEM_CHECK(out.size() >= count, "copy_logits: %zu floats for %zu logits", out.size(), count);
+  std::copy_n(logits_.data(), count, out.data());
+}
+
+KvPoolView CpuRunner::kv_pool_view() {
+  KvPoolView view;
+  for (size_t l = 0; l < k_pages_.size(); ++l) {
+    view.k.push_back(reinterpret_cast<std::byte*>(k_pages_[l].get()));
+    view.v.push_back(reinterpret_cast<std::byte*>(v_pages_[l].get()));
+  }
+  view.page_bytes = page_floats_ * sizeof(float);
+  view.num_pages = num_pages_;
+  view.device = -1;
+  return view;
+}
+
+Result<std::unique_ptr<ModelRunner>> make_cpu_runner(const ModelDir& model,
+                                                     const RunnerOptions& opts) {
+  if (opts.page_size <= 0)
+    return make_error(ErrorCode::kInvalidArgument,
+                      "page_size must be positive, got " + std::to_string(opts.page_size));
+  if (opts.num_pages < 0)
+    return make_error(ErrorCode::kInvalidArgument, "num_pages must be >= 0 (0 = default), got " +
+                                                       std::to_string(opts.num_pages));
+  if (opts.threads < 0)
+    return make_error(ErrorCode::kInvalidArgument,
+                      "threads must be >= 0 (0 = all cores), got " + std::to_string(opts.threads));
+  const ModelConfig& c = model.config;
+  const int64_t page_bytes_all_layers =
+      int64_t(opts.page_size) * c.num_kv_heads * c.head_dim * 4 * 2 * c.num_layers;
+  int32_t num_pages = opts.num_pages;
+  if (num_pages == 0)
+    num_pages = int32_t(std::clamp<int64_t>(kDefaultKvBytes / page_bytes_all_layers, 1, 1 << 30));
+  return std::unique_ptr<ModelRunner>(new CpuRunner(model, opts, num_pages));
+}
+
+}  // namespace tandem

@@ -1,0 +1,62 @@
+// The CPU reference runner: the oracle the CUDA runner and every optimisation is checked against.
+// Plain loops, fp32 activations and accumulation, weights read in place from the mmap.
+//
+// KV cache, per layer, K and V each: [num_pages, page_size, num_kv_heads, head_dim] fp32, so one
+// page of one layer is page_size × num_kv_heads × head_dim × 4 contiguous bytes (KvPoolView).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "model/model_dir.h"
+#include "runner/cpu/thread_pool.h"
+#include "runner/runner.h"
+
+namespace tandem {
+
+class CpuRunner final : public ModelRunner {
+ public:
+  // `model` must outlive the runner: weights are read from its mmap on every forward.
+  CpuRunner(const ModelDir& model, const RunnerOptions& opts, int32_t num_pages);
+
+  const ModelConfig& config() const override { return model_.config; }
+  std::string device() const override { return "cpu"; }
+  int32_t page_size() const override { return page_size_; }
+  int32_t num_pages() const override { return num_pages_; }
+  void set_valid_vocab(int32_t valid_vocab) override;
+  MemoryPlan memory_plan() const override;
+
+  void forward(const ForwardBatch& batch) override;
+  void sample(std::span<const SampleRequest> requests, std::span<int32_t> out_tokens) override;
+  void copy_logits(std::span<float> out) override;
+  KvPoolView kv_pool_view() override;
+
+ private:
+  void check_batch(const ForwardBatch& batch) const;
+  void run_layer(int64_t layer, const ForwardBatch& batch, const std::vector<int32_t>& positions);
+
+  const ModelDir& model_;
+  int32_t page_size_;
+  int32_t num_pages_;
+  int32_t valid_vocab_;
+  ThreadPool pool_;
+  std::vector<float> inv_freq_;  // [head_dim / 2] RoPE inverse frequencies
+
+  size_t page_floats_;                             // page_size × num_kv_heads × head_dim
+  std::vector<std::unique_ptr<float[]>> k_pages_;  // [num_layers] → [num_pages, page_floats_]
+  std::vector<std::unique_ptr<float[]>> v_pages_;  // [num_layers] → [num_pages, page_floats_]
+
+  // Activations of the current forward, grown on demand (num_tokens = batch.tokens.size()).
+  std::vector<float> x_;       // [num_tokens, hidden] residual stream
+  std::vector<float> h_;       // [num_tokens, hidden] normed input of a sub-block
+  std::vector<float> q_;       // [num_tokens, num_heads * head_dim]
+  std::vector<float> k_;       // [num_tokens, num_kv_heads * head_dim]
+  std::vector<float> v_;       // [num_tokens, num_kv_heads * head_dim]
+  std::vector<float> attn_;    // [num_tokens, num_heads * head_dim]
+  std::vector<float> gate_;    // [num_tokens, intermediate]
+  std::vector<float> up_;      // [num_tokens, intermediate]
+  std::vector<float> logits_;  // [num_logits, vocab] of the last forward
+  int64_t num_logits_ = 0;
+};
+
+}  // namespace tandem
