@@ -19,9 +19,9 @@
 #include <mutex>
 #include <thread>
 
+#include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
-#include <spdlog/spdlog.h>
 
 #include "core/check.h"
 #include "daemon/client.h"
@@ -65,6 +65,8 @@ class TimestampEngine final : public Engine {
   void cancel(uint64_t) override {}
   EngineStatus status() const override { return {}; }
   void run_until_idle() override {}
+  std::string metrics_text() const override { return {}; }
+  std::string trace_json(std::optional<uint64_t>, size_t) const override { return "{}"; }
   const Tokenizer& tokenizer() const override { TANDEM_CHECK(false, "no tokenizer"); }
   const ChatTemplate* chat_template() const override { return nullptr; }
   const ModelConfig& model_config() const override { return config_; }
@@ -128,11 +130,9 @@ RunResult run_once(int64_t pace_ns, int32_t tokens) {
   uv_loop_init(&loop);
   ServerOptions options;
   options.socket_path = socket;
-  auto prompts = [](const PromptInput& in) -> Result<std::vector<int32_t>> {
-    return in.token_ids;
-  };
-  auto server =
-      std::make_unique<Server>(&loop, engine, prompts, [](const std::string&) {}, options);
+  auto prompts = [](const PromptInput& in) -> Result<std::vector<int32_t>> { return in.token_ids; };
+  auto server = std::make_unique<Server>(
+      &loop, engine, prompts, [](const std::string&) {}, options);
   TANDEM_CHECK(server->start().ok(), "bench server did not start");
   std::thread loop_thread([&] { uv_run(&loop, UV_RUN_DEFAULT); });
 

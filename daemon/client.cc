@@ -117,6 +117,7 @@ Result<GenerateResult> generate(Client& client, uint64_t id, const PromptInput& 
     switch (reply.body_type()) {
       case wire::ReplyBody::Accepted:
         result.prompt_tokens = reply.body_as_Accepted()->prompt_tokens();
+        result.trace_id = reply.body_as_Accepted()->trace_id();
         break;
       case wire::ReplyBody::TokenEvent: {
         const wire::TokenEvent& ev = *reply.body_as_TokenEvent();
@@ -144,10 +145,11 @@ Result<GenerateResult> generate(Client& client, uint64_t id, const PromptInput& 
 
 namespace {
 
-Result<ReplyFrame> simple_query(Client& client, wire::RequestBody kind, wire::ReplyBody want,
-                                int timeout_ms) {
-  constexpr uint64_t kQueryId = 1;
-  TANDEM_TRY(client.send(encode_simple_request(kQueryId, kind)));
+constexpr uint64_t kQueryId = 1;
+
+Result<ReplyFrame> query(Client& client, const Frame& request, wire::ReplyBody want,
+                         int timeout_ms) {
+  TANDEM_TRY(client.send(request));
   TANDEM_ASSIGN_OR_RETURN(ReplyFrame frame, client.receive(timeout_ms));
   if (frame.reply->body_type() == wire::ReplyBody::ErrorInfo) {
     return decode_error(frame.reply->body_as_ErrorInfo());
@@ -161,28 +163,33 @@ Result<ReplyFrame> simple_query(Client& client, wire::RequestBody kind, wire::Re
 }  // namespace
 
 Result<DaemonStatus> query_status(Client& client) {
-  TANDEM_ASSIGN_OR_RETURN(ReplyFrame f, simple_query(client, wire::RequestBody::StatusRequest,
-                                                     wire::ReplyBody::StatusReply, -1));
+  TANDEM_ASSIGN_OR_RETURN(
+      ReplyFrame f, query(client, encode_simple_request(kQueryId, wire::RequestBody::StatusRequest),
+                          wire::ReplyBody::StatusReply, -1));
   return decode_status(*f.reply->body_as_StatusReply());
 }
 
 Result<std::string> query_metrics(Client& client) {
-  TANDEM_ASSIGN_OR_RETURN(ReplyFrame f, simple_query(client, wire::RequestBody::MetricsRequest,
-                                                     wire::ReplyBody::MetricsReply, -1));
+  TANDEM_ASSIGN_OR_RETURN(
+      ReplyFrame f,
+      query(client, encode_simple_request(kQueryId, wire::RequestBody::MetricsRequest),
+            wire::ReplyBody::MetricsReply, -1));
   const auto* t = f.reply->body_as_MetricsReply()->text();
   return t ? t->str() : std::string();
 }
 
-Result<std::string> query_trace(Client& client) {
-  TANDEM_ASSIGN_OR_RETURN(ReplyFrame f, simple_query(client, wire::RequestBody::TraceRequest,
-                                                     wire::ReplyBody::TraceReply, -1));
+Result<std::string> query_trace(Client& client, std::optional<uint64_t> trace_id, uint32_t last_n) {
+  TANDEM_ASSIGN_OR_RETURN(ReplyFrame f,
+                          query(client, encode_trace_request(kQueryId, trace_id, last_n),
+                                wire::ReplyBody::TraceReply, -1));
   const auto* j = f.reply->body_as_TraceReply()->json();
   return j ? j->str() : std::string();
 }
 
 Result<Health> query_health(Client& client, int timeout_ms) {
-  TANDEM_ASSIGN_OR_RETURN(ReplyFrame f, simple_query(client, wire::RequestBody::HealthRequest,
-                                                     wire::ReplyBody::HealthReply, timeout_ms));
+  TANDEM_ASSIGN_OR_RETURN(
+      ReplyFrame f, query(client, encode_simple_request(kQueryId, wire::RequestBody::HealthRequest),
+                          wire::ReplyBody::HealthReply, timeout_ms));
   const auto* h = f.reply->body_as_HealthReply();
   return Health{h->ok(), h->state() ? h->state()->str() : std::string()};
 }

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,7 @@ class Client {
 
 struct GenerateResult {
   int32_t prompt_tokens = 0;
+  uint64_t trace_id = 0;  // selects this request in query_trace
   std::vector<int32_t> ids;
   std::string text;
   FinishEvent finished;
@@ -57,7 +59,8 @@ Result<GenerateResult> generate(Client& client, uint64_t id, const PromptInput& 
 
 Result<DaemonStatus> query_status(Client& client);
 Result<std::string> query_metrics(Client& client);
-Result<std::string> query_trace(Client& client);
+// Chrome trace JSON: one request (GenerateResult::trace_id), or the last `last_n` (0 = all kept).
+Result<std::string> query_trace(Client& client, std::optional<uint64_t> trace_id, uint32_t last_n);
 struct Health {
   bool ok = false;
   std::string state;

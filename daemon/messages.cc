@@ -153,12 +153,19 @@ Frame encode_simple_request(uint64_t id, wire::RequestBody kind) {
   return finish_request(fbb, id, kind, body);
 }
 
+Frame encode_trace_request(uint64_t id, std::optional<uint64_t> trace_id, uint32_t last_n) {
+  fb::FlatBufferBuilder fbb(64);
+  auto body = wire::CreateTraceRequest(fbb, to_fb(trace_id), last_n);
+  return finish_request(fbb, id, wire::RequestBody::TraceRequest, body.Union());
+}
+
 Result<GenerateCall> decode_generate(const wire::GenerateRequest& r) {
   GenerateCall call;
   call.stream = r.stream();
   if (r.prompt() == nullptr) {
-    return make_error(ErrorCode::kProtocol, "generate: no prompt (or a prompt kind this "
-                                            "daemon does not know)");
+    return make_error(ErrorCode::kProtocol,
+                      "generate: no prompt (or a prompt kind this "
+                      "daemon does not know)");
   }
   switch (r.prompt_type()) {
     case wire::Prompt::TextPrompt: {
@@ -189,7 +196,7 @@ Result<GenerateCall> decode_generate(const wire::GenerateRequest& r) {
       const auto* p = r.prompt_as_ChatPrompt();
       call.prompt.kind = PromptInput::Kind::kMessages;
       call.prompt.add_generation_prompt = p->add_generation_prompt();
-      call.prompt.messages = nlohmann::json::array();
+      call.prompt.messages = nlohmann::ordered_json::array();
       if (!p->messages() || p->messages()->size() == 0) {
         return make_error(ErrorCode::kInvalidArgument, "generate: prompt.messages is empty");
       }
@@ -201,8 +208,8 @@ Result<GenerateCall> decode_generate(const wire::GenerateRequest& r) {
             {{"role", m->role()->str()}, {"content", str(m->content())}});
       }
       if (p->template_kwargs_json() && p->template_kwargs_json()->size() > 0) {
-        auto kwargs = nlohmann::json::parse(p->template_kwargs_json()->str(), nullptr,
-                                            /*allow_exceptions=*/false);
+        auto kwargs = nlohmann::ordered_json::parse(p->template_kwargs_json()->str(), nullptr,
+                                                    /*allow_exceptions=*/false);
         if (kwargs.is_discarded() || !kwargs.is_object()) {
           return make_error(ErrorCode::kInvalidArgument,
                             "generate: prompt.template_kwargs_json is not a JSON object");
@@ -251,9 +258,9 @@ Frame encode_error(uint64_t id, const Error& error) {
   return finish_reply(fbb, id, wire::ReplyBody::ErrorInfo, body.Union());
 }
 
-Frame encode_accepted(uint64_t id, int32_t prompt_tokens) {
+Frame encode_accepted(uint64_t id, int32_t prompt_tokens, uint64_t trace_id) {
   fb::FlatBufferBuilder fbb(64);
-  auto body = wire::CreateAccepted(fbb, prompt_tokens);
+  auto body = wire::CreateAccepted(fbb, prompt_tokens, trace_id);
   return finish_reply(fbb, id, wire::ReplyBody::Accepted, body.Union());
 }
 

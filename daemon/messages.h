@@ -46,12 +46,13 @@ FinishReason from_wire(wire::FinishReason reason);
 Frame encode_generate(uint64_t id, const PromptInput& prompt, const SamplingParams& sampling,
                       bool max_tokens_set, bool stream);
 Frame encode_cancel(uint64_t id, uint64_t target_id);
-Frame encode_simple_request(uint64_t id, wire::RequestBody kind);  // Status/Metrics/Trace/Health
+Frame encode_simple_request(uint64_t id, wire::RequestBody kind);  // Status/Metrics/Health
+Frame encode_trace_request(uint64_t id, std::optional<uint64_t> trace_id, uint32_t last_n);
 Result<GenerateCall> decode_generate(const wire::GenerateRequest& request);
 
 // ---- replies (daemon encodes, client decodes) ----
 Frame encode_error(uint64_t id, const Error& error);
-Frame encode_accepted(uint64_t id, int32_t prompt_tokens);
+Frame encode_accepted(uint64_t id, int32_t prompt_tokens, uint64_t trace_id);
 Frame encode_tokens(uint64_t id, const std::vector<int32_t>& ids, const std::string& text);
 Frame encode_finished(uint64_t id, const FinishEvent& event);
 Frame encode_status(uint64_t id, const DaemonStatus& status);

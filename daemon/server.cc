@@ -329,8 +329,12 @@ void Server::handle_frame(Connection& conn, const wire::Request& request) {
       return write_frame(conn, encode_status(id, daemon_status()));
     case wire::RequestBody::MetricsRequest:
       return write_frame(conn, encode_metrics(id, metrics_text()));
-    case wire::RequestBody::TraceRequest:
-      return write_frame(conn, encode_trace(id, trace_json()));
+    case wire::RequestBody::TraceRequest: {
+      const auto* t = request.body_as_TraceRequest();
+      std::optional<uint64_t> trace_id;
+      if (t->trace_id()) trace_id = *t->trace_id();
+      return write_frame(conn, encode_trace(id, engine_.trace_json(trace_id, t->last_n())));
+    }
     case wire::RequestBody::HealthRequest:
       return write_frame(conn, encode_health(id, !draining_, draining_ ? "draining" : "serving"));
     default:
@@ -382,7 +386,7 @@ void Server::handle_generate(Connection& conn, uint64_t id, const wire::Generate
   ++requests_accepted_;
   conn.requests.emplace(id, engine_id);
   // Events reach the loop only after this callback returns, so Accepted is always first.
-  write_frame(conn, encode_accepted(id, prompt_tokens));
+  write_frame(conn, encode_accepted(id, prompt_tokens, engine_id));
 }
 
 // ---- engine events ----

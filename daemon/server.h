@@ -86,7 +86,6 @@ class Server {
   void abort_all();
   DaemonStatus daemon_status() const;
   std::string metrics_text() const;
-  std::string trace_json() const;
 
   uv_loop_t* loop_;
   Engine& engine_;

@@ -31,7 +31,7 @@ int chat_loop(const ChatFlags& f) {
   PromptInput prompt;
   prompt.kind = PromptInput::Kind::kMessages;
   auto reset = [&] {
-    prompt.messages = nlohmann::json::array();
+    prompt.messages = nlohmann::ordered_json::array();
     if (!f.system.empty()) prompt.messages.push_back({{"role", "system"}, {"content", f.system}});
   };
   reset();

@@ -36,7 +36,9 @@ void register_generate(CLI::App& app, int& exit_code) {
     if (!result) return void(exit_code = report_failure("generate", result.error()));
     const FinishEvent& fin = result->finished;
     if (*json) {
-      std::cout << result_json(result->ids, result->text, fin).dump() << std::endl;
+      auto j = result_json(result->ids, result->text, fin);
+      j["trace_id"] = result->trace_id;  // for `tandem trace --request`
+      std::cout << j.dump() << std::endl;
     } else {
       std::fprintf(stderr,
                    "\n-- %d prompt + %d generated tokens, finish: %s, ttft %.2f ms, "

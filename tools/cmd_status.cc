@@ -3,6 +3,7 @@
 // share everything but the request.
 #include <cstdio>
 #include <iostream>
+#include <optional>
 
 #include "commands.h"
 #include "daemon/client.h"
@@ -26,8 +27,8 @@ void print_status(const daemon::DaemonStatus& s) {
 }
 
 template <typename Query>
-void add_text_query(CLI::App& app, const char* name, const char* help, Query query,
-                    int& exit_code) {
+CLI::App* add_text_query(CLI::App& app, const char* name, const char* help, Query query,
+                         int& exit_code) {
   auto* cmd = app.add_subcommand(name, help);
   auto socket = std::make_shared<std::string>();
   add_socket_flag(cmd, *socket);
@@ -39,6 +40,7 @@ void add_text_query(CLI::App& app, const char* name, const char* help, Query que
     std::cout << *text;
     if (!text->empty() && text->back() != '\n') std::cout << '\n';
   });
+  return cmd;
 }
 
 }  // namespace
@@ -63,9 +65,13 @@ void register_status(CLI::App& app, int& exit_code) {
   add_text_query(
       app, "metrics", "Prometheus metrics of a running tandemd",
       [](daemon::Client& c) { return daemon::query_metrics(c); }, exit_code);
-  add_text_query(
-      app, "trace", "Chrome trace JSON of a running tandemd (opens in Perfetto)",
-      [](daemon::Client& c) { return daemon::query_trace(c); }, exit_code);
+  auto request = std::make_shared<std::optional<uint64_t>>();
+  auto last = std::make_shared<uint32_t>(0);
+  auto* trace = add_text_query(
+      app, "trace", "Chrome trace JSON of finished requests (opens in Perfetto)",
+      [=](daemon::Client& c) { return daemon::query_trace(c, *request, *last); }, exit_code);
+  trace->add_option("--request", *request, "Trace id of one request (generate --json: trace_id)");
+  trace->add_option("--last", *last, "The last N finished requests (0 = all kept)");
 }
 
 }  // namespace tandem::cli

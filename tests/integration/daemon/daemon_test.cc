@@ -243,10 +243,20 @@ TEST_CASE("golden output through the socket, from the client library and the tan
   CHECK(health == "serving\n");
   auto [rc5, metrics] = run({cli, "metrics", "--socket", d.socket});
   CHECK(rc5 == 0);
-  CHECK(metrics.find("tandem_kv_pages_used{pool=\"target\"") != std::string::npos);
+  CHECK(metrics.find("tandem:num_requests_running 0") != std::string::npos);  // the engine's
+  CHECK(metrics.find("tandem:daemon_kv_pages_used{pool=\"target\"") != std::string::npos);
   auto [rc6, trace] = run({cli, "trace", "--socket", d.socket});
   CHECK(rc6 == 0);
-  CHECK(nlohmann::json::parse(trace).contains("traceEvents"));
+  CHECK(nlohmann::json::parse(trace)["traceEvents"].size() >= 3);
+  auto [rc6b, one] = run({cli, "trace", "--socket", d.socket, "--request",
+                          std::to_string(j["trace_id"].get<uint64_t>())});
+  CHECK(rc6b == 0);
+  auto events = nlohmann::json::parse(one)["traceEvents"];
+  REQUIRE(events.size() == 1);
+  CHECK(events[0]["tid"] == j["trace_id"]);
+  auto [rc6c, last] = run({cli, "trace", "--socket", d.socket, "--last", "2"});
+  CHECK(rc6c == 0);
+  CHECK(nlohmann::json::parse(last)["traceEvents"].size() == 2);
 
   // chat keeps the conversation: the second turn's prompt holds the first exchange.
   const fs::path in = d.dir / "chat_in.txt";

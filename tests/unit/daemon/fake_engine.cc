@@ -1,5 +1,7 @@
 #include "fake_engine.h"
 
+#include <nlohmann/json.hpp>
+
 #include "core/check.h"
 
 namespace tandem::testing {
@@ -102,6 +104,31 @@ void FakeEngine::run_until_idle() {
   while (!waiting_.empty() || !running_.empty()) step(lock);
 }
 
+std::string FakeEngine::metrics_text() const {
+  const EngineStatus s = status();
+  return "# TYPE tandem:num_requests_running gauge\ntandem:num_requests_running " +
+         std::to_string(s.running) + "\n# TYPE tandem:num_requests_waiting gauge\n" +
+         "tandem:num_requests_waiting " + std::to_string(s.waiting) + "\n";
+}
+
+std::string FakeEngine::trace_json(std::optional<uint64_t> request_id, size_t last_n) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  nlohmann::json events = nlohmann::json::array();
+  const size_t first =
+      request_id || last_n == 0 || last_n >= spans_.size() ? 0 : spans_.size() - last_n;
+  for (size_t i = first; i < spans_.size(); ++i) {
+    const Span& sp = spans_[i];
+    if (request_id && sp.id != *request_id) continue;
+    events.push_back({{"name", "request"},
+                      {"ph", "X"},
+                      {"pid", 1},
+                      {"tid", sp.id},
+                      {"ts", sp.start_us},
+                      {"dur", sp.dur_us}});
+  }
+  return nlohmann::json{{"traceEvents", events}}.dump();
+}
+
 const Tokenizer& FakeEngine::tokenizer() const {
   TANDEM_CHECK(false, "FakeEngine has no tokenizer: daemon tests pass fake_prompt_builder()");
 }
@@ -116,6 +143,10 @@ FinishEvent FakeEngine::finish(Request& r, FinishReason reason) {
   ev.usage.completion_tokens = int32_t(r.tokens.size()) - r.prompt_len;
   ev.timings.e2e_ms = std::chrono::duration<double, std::milli>(Clock::now() - r.arrival).count();
   ev.timings.decode_steps = ev.usage.completion_tokens;
+  const double start_us =
+      std::chrono::duration<double, std::micro>(r.arrival.time_since_epoch()).count();
+  spans_.push_back(Span{r.id, start_us, ev.timings.e2e_ms * 1000.0});
+  if (spans_.size() > 1024) spans_.pop_front();
   return ev;
 }
 

@@ -36,6 +36,9 @@ class FakeEngine final : public Engine {
   void cancel(uint64_t request_id) override;
   EngineStatus status() const override;
   void run_until_idle() override;
+  std::string metrics_text() const override;
+  // One complete ("X") event per finished request, tid = request id.
+  std::string trace_json(std::optional<uint64_t> request_id, size_t last_n) const override;
 
   // The daemon reaches tokenization through a PromptBuilder (fake_prompt_builder below).
   const Tokenizer& tokenizer() const override;
@@ -72,6 +75,11 @@ class FakeEngine final : public Engine {
   std::deque<std::unique_ptr<Request>> waiting_;
   std::vector<std::unique_ptr<Request>> running_;
   int64_t finished_ = 0;
+  struct Span {
+    uint64_t id;
+    double start_us, dur_us;
+  };
+  std::deque<Span> spans_;  // finished requests, oldest first (at most 1024)
   bool started_ = false;
   bool stopping_ = false;
   std::thread thread_;

@@ -109,7 +109,7 @@ TEST_CASE("generate requests round-trip with vLLM sampling names and unset optio
   s.skip_special_tokens = false;
   PromptInput chat;
   chat.kind = PromptInput::Kind::kMessages;
-  chat.messages = nlohmann::json::array(
+  chat.messages = nlohmann::ordered_json::array(
       {{{"role", "system"}, {"content", "be brief"}}, {{"role", "user"}, {"content", "hi"}}});
   chat.add_generation_prompt = false;
   chat.template_kwargs = {{"enable_thinking", false}};
@@ -162,7 +162,7 @@ TEST_CASE("decode_generate names what is wrong with a verified but unusable requ
 
   PromptInput no_role;
   no_role.kind = PromptInput::Kind::kMessages;
-  no_role.messages = nlohmann::json::array({{{"content", "hi"}}});
+  no_role.messages = nlohmann::ordered_json::array({{{"content", "hi"}}});
   CHECK_FALSE(decode(no_role).ok());
 
   // A request without a prompt union at all.
