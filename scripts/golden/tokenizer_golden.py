@@ -5,11 +5,12 @@
       --prompts tests/golden/tokenizer/bench_prompts.json --out tests/golden/tokenizer
 
 writes OUT/<name>.json: {"tokenizers_version", "encode": [{text, ids, ids_special}],
-"decode": [{ids, skip, keep}]} where ids/ids_special are encode(text, add_special_tokens=False/
+"decode": [{ids, skip, keep}], "fuzz": [{text, ids}]} where ids/ids_special are encode(text, add_special_tokens=False/
 True) and skip/keep are decode(ids, skip_special_tokens=True/False)."""
 import argparse
 import json
 import pathlib
+import random
 
 import tokenizers
 
@@ -52,6 +53,27 @@ CORPUS = [
     "<think>\nhmm\n</think>\n\nanswer", "text <|eot_id|> more <|end_of_text|>",
     "<|reserved_special_token_5|> and <|fim_prefix|>", "<<|im_start|>>", "< |im_start| >",
 ]
+
+
+# Random strings from pieces chosen to hit the regex's edges: every kind of whitespace (U+0085,
+# U+180E, U+FEFF, U+3000 ...), contractions in odd cases, combining marks, special-token fragments.
+FUZZ_POOL = (
+    list("abcXYZ") + ["hello", "World", "ÉCOLE", "straße", "ſ", "İ", "ﬁ"] + list("你好世界日本語한국어") +
+    ["Привет", "мир", "αβγ", "مرحبا", "שלום", "हिन्दी", "ไทย"] + list("0123456789") + ["１２", "٣٤", "Ⅻ", "½"] +
+    [" ", "  ", "\t", "\n", "\r\n", "\r", "\u0085", "\u00a0", "\u3000", "\u2028", "\u2009", "\u200b",
+     "\ufeff", "\u180e", "\x0b", "\x0c", "\x1c"] +
+    ["'s", "'S", "'t", "'T", "'re", "'RE", "'Re", "'ve", "'VE", "'m", "'M", "'ll", "'LL", "'d", "'D", "'ſ",
+     "’s", "'"] +
+    ["😀", "👍🏽", "👨‍👩‍👧", "🇺🇸", "❤️", "\u200d", "\ufe0f"] +
+    ["e\u0301", "\u0301", "\u0308", "A\u030a", "\u1100\u1161", "\u11a8"] +
+    list("!@#$%^&*()[]{}<>|/\\.,;:?-_=+~`\"") +
+    ["<|im_start|>", "<|im_end|>", "<|eot_id|>", "<|begin_of_text|>", "<|", "|>", "<think>", "</think>",
+     "<|endoftext|>", "...", "->", "==", "//", "/*", "*/", "::", "0x1F", "1e9", "3.14"])
+
+
+def fuzz_corpus(n):
+    rnd = random.Random(7)
+    return ["".join(rnd.choice(FUZZ_POOL) for _ in range(rnd.randint(1, 12))) for _ in range(n)]
 
 
 def bytes_to_unicode():
@@ -99,6 +121,7 @@ def main():
     ap.add_argument("--tokenizer", action="append", required=True, help="NAME=DIR")
     ap.add_argument("--prompts", required=True)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--fuzz", type=int, default=2000, help="number of random strings")
     args = ap.parse_args()
     prompts = json.loads(pathlib.Path(args.prompts).read_text())
     texts = CORPUS + [prompts["code"][0], prompts["chinese"][0]]
@@ -108,8 +131,10 @@ def main():
         encoded = [{"text": t,
                     "ids": tok.encode(t, add_special_tokens=False).ids,
                     "ids_special": tok.encode(t, add_special_tokens=True).ids} for t in texts]
+        fuzz = [{"text": t, "ids": tok.encode(t, add_special_tokens=False).ids}
+                for t in fuzz_corpus(args.fuzz)]
         golden = {"tokenizers_version": tokenizers.__version__, "encode": encoded,
-                  "decode": decode_cases(tok, encoded)}
+                  "decode": decode_cases(tok, encoded), "fuzz": fuzz}
         path = pathlib.Path(args.out) / f"{name}.json"
         path.write_text(json.dumps(golden, ensure_ascii=False) + "\n")
         print(path, len(encoded), "encode cases", len(golden["decode"]), "decode cases")

@@ -4,21 +4,19 @@
 
 namespace tandem {
 
-namespace {
-
-// "cuda:N" with N a non-negative decimal integer.
-bool is_cuda_device(const std::string& device) {
-  if (device.rfind("cuda:", 0) != 0 || device.size() == 5) return false;
-  for (size_t i = 5; i < device.size(); ++i)
+bool is_device_name(const std::string& device, const std::string& kind) {
+  if (device == kind) return true;
+  const std::string prefix = kind + ":";
+  if (device.rfind(prefix, 0) != 0 || device.size() == prefix.size()) return false;
+  for (size_t i = prefix.size(); i < device.size(); ++i)
     if (device[i] < '0' || device[i] > '9') return false;
   return true;
 }
 
-}  // namespace
-
 Result<std::unique_ptr<ModelRunner>> make_runner(const ModelDir& model, const RunnerOptions& opts) {
-  if (opts.device == "cpu") return make_cpu_runner(model, opts);
-  if (is_cuda_device(opts.device)) {
+  // "cpu:N" names one of several CPU stages (the two-stage pipeline on a machine without GPUs).
+  if (is_device_name(opts.device, "cpu")) return make_cpu_runner(model, opts);
+  if (is_device_name(opts.device, "cuda") && opts.device != "cuda") {
 #if TANDEM_HAVE_CUDA
     return make_cuda_runner(model, opts);
 #else
@@ -27,7 +25,7 @@ Result<std::unique_ptr<ModelRunner>> make_runner(const ModelDir& model, const Ru
 #endif
   }
   return make_error(ErrorCode::kInvalidArgument,
-                    "device '" + opts.device + "' is not 'cpu' or 'cuda:N'");
+                    "device '" + opts.device + "' is not 'cpu', 'cpu:N' or 'cuda:N'");
 }
 
 }  // namespace tandem

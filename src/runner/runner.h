@@ -94,7 +94,11 @@ class ModelRunner {
   virtual KvPoolView kv_pool_view() = 0;
 };
 
+// device == kind, or kind + ":N" with N decimal digits ("cpu", "cpu:1", "cuda:0").
+bool is_device_name(const std::string& device, const std::string& kind);
+
 // Rejects unknown devices and builds without CUDA with a clear kUnsupported error.
+// "cpu" and "cpu:N" give the CPU runner ("cpu:N": one of several CPU stages).
 Result<std::unique_ptr<ModelRunner>> make_runner(const ModelDir& model, const RunnerOptions& opts);
 Result<std::unique_ptr<ModelRunner>> make_cpu_runner(const ModelDir& model,
                                                      const RunnerOptions& opts);

@@ -1,20 +1,47 @@
 #include "tokenizer/added_tokens.h"
 
+#include <utf8proc.h>
+
 #include <algorithm>
 
 namespace tandem::tokenizer {
 namespace {
 
-bool is_ascii_space(char c) {
-  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
+size_t utf8_length(int32_t cp) {
+  return cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
 }
 
-// Word characters for single_word: ASCII alphanumerics, '_' and any non-ASCII byte (letters of
-// other scripts); a coarse but conservative reading of HF's is_alphanumeric boundary check.
-bool is_word_byte(char c) {
-  auto u = uint8_t(c);
-  return u >= 0x80 || (u >= '0' && u <= '9') || (u >= 'a' && u <= 'z') || (u >= 'A' && u <= 'Z') ||
-         u == '_';
+// The code point that ends just before `end` / starts at `begin` (text is valid UTF-8).
+int32_t code_point_before(std::string_view text, size_t end) {
+  size_t begin = end - 1;
+  while (begin > 0 && (uint8_t(text[begin]) & 0xC0) == 0x80) --begin;
+  utf8proc_int32_t cp = -1;
+  utf8proc_iterate(reinterpret_cast<const utf8proc_uint8_t*>(text.data() + begin),
+                   utf8proc_ssize_t(end - begin), &cp);
+  return cp;
+}
+
+int32_t code_point_at(std::string_view text, size_t begin) {
+  utf8proc_int32_t cp = -1;
+  utf8proc_iterate(reinterpret_cast<const utf8proc_uint8_t*>(text.data() + begin),
+                   utf8proc_ssize_t(text.size() - begin), &cp);
+  return cp;
+}
+
+// Rust's char::is_whitespace (Unicode White_Space), which HF's lstrip/rstrip use.
+bool is_whitespace(int32_t cp) {
+  if ((cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85) return true;
+  if (cp < 0x80) return false;
+  auto cat = utf8proc_category(cp);
+  return cat == UTF8PROC_CATEGORY_ZS || cat == UTF8PROC_CATEGORY_ZL || cat == UTF8PROC_CATEGORY_ZP;
+}
+
+// single_word's notion of a word character: alphanumeric (letters and numbers) or '_'.
+bool is_word_char(int32_t cp) {
+  if (cp == '_') return true;
+  auto cat = utf8proc_category(cp);
+  return (cat >= UTF8PROC_CATEGORY_LU && cat <= UTF8PROC_CATEGORY_LO) ||
+         (cat >= UTF8PROC_CATEGORY_ND && cat <= UTF8PROC_CATEGORY_NO);
 }
 
 }  // namespace
@@ -65,18 +92,26 @@ std::optional<AddedTokenMatch> AddedTokenMatcher::find(std::string_view text, si
     const AddedToken& t = tokens_[size_t(best)];
     size_t begin = pos, end = best_end;
     if (t.single_word) {
-      bool inside = (begin > 0 && is_word_byte(text[begin - 1])) ||
-                    (end < text.size() && is_word_byte(text[end]));
+      bool inside = (begin > 0 && is_word_char(code_point_before(text, begin))) ||
+                    (end < text.size() && is_word_char(code_point_at(text, end)));
       if (inside) {
         pos = end - 1;  // like a skipped aho-corasick match: the scan resumes after it
         continue;
       }
     }
     if (t.lstrip) {
-      while (begin > from && is_ascii_space(text[begin - 1])) --begin;
+      while (begin > from) {
+        int32_t cp = code_point_before(text, begin);
+        if (!is_whitespace(cp)) break;
+        begin -= utf8_length(cp);
+      }
     }
     if (t.rstrip) {
-      while (end < text.size() && is_ascii_space(text[end])) ++end;
+      while (end < text.size()) {
+        int32_t cp = code_point_at(text, end);
+        if (!is_whitespace(cp)) break;
+        end += utf8_length(cp);
+      }
     }
     return AddedTokenMatch{begin, end, t.id};
   }

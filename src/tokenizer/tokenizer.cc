@@ -211,7 +211,7 @@ std::string_view Tokenizer::token_bytes(int32_t id) const {
 }
 
 std::optional<int32_t> Tokenizer::token_to_id(std::string_view token) const {
-  auto it = impl_->token_ids.find(std::string(token));
+  auto it = impl_->token_ids.find(token);
   if (it == impl_->token_ids.end()) return std::nullopt;
   return it->second;
 }

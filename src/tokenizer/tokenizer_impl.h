@@ -17,6 +17,13 @@
 
 namespace tandem::tokenizer {
 
+// Lets string-keyed maps be searched with a string_view, without building a std::string.
+struct StringHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+using TokenIdMap = std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>>;
+
 // Unicode normal forms a `normalizer` may ask for, applied in order.
 enum class NormalForm { kNfc, kNfd, kNfkc, kNfkd };
 
@@ -42,9 +49,9 @@ struct Pipeline {
   std::vector<int32_t> post_suffix;        // ... and after it (eos)
   bool has_template = false;               // tokenizer.json has a TemplateProcessing post-processor
 
-  std::vector<std::string> id_bytes;                   // [vocab_size] decoded bytes per id
-  std::vector<uint8_t> id_special;                     // [vocab_size] 1 for special added tokens
-  std::unordered_map<std::string, int32_t> token_ids;  // tokenizer.json spelling -> id
+  std::vector<std::string> id_bytes;  // [vocab_size] decoded bytes per id
+  std::vector<uint8_t> id_special;    // [vocab_size] 1 for special added tokens
+  TokenIdMap token_ids;               // tokenizer.json spelling -> id
   std::optional<int32_t> bos;
   std::optional<int32_t> eos;
 

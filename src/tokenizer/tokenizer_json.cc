@@ -164,8 +164,10 @@ Result<BpeModel> parse_bpe(const json& model, Pipeline& impl) {
   TANDEM_TRY(check_bpe_options(model));
   const json& vocab = model.value("vocab", json::object());
   if (!vocab.is_object() || vocab.empty()) return tok_error("model.vocab is missing or empty");
-  std::unordered_map<std::string, int32_t> piece_ids;  // raw bytes -> id
-  piece_ids.reserve(vocab.size());
+  bool ignore_merges = flag(model, "ignore_merges", false);
+  std::unordered_map<std::string, int32_t> piece_ids;  // raw bytes -> id, for ignore_merges
+  if (ignore_merges) piece_ids.reserve(vocab.size());
+  impl.token_ids.reserve(vocab.size() + 1024);
   int32_t max_id = -1;
   for (auto it = vocab.begin(); it != vocab.end(); ++it) {
     int32_t id = it.value().get<int32_t>();
@@ -177,7 +179,7 @@ Result<BpeModel> parse_bpe(const json& model, Pipeline& impl) {
   for (const auto& [token, id] : impl.token_ids) {
     std::optional<std::string> bytes = token_chars_to_bytes(token);
     std::string raw = bytes ? std::move(*bytes) : token;
-    piece_ids.emplace(raw, id);
+    if (ignore_merges) piece_ids.emplace(raw, id);
     impl.id_bytes[size_t(id)] = std::move(raw);
   }
   std::vector<int32_t> byte_ids(256, -1);
@@ -189,7 +191,8 @@ Result<BpeModel> parse_bpe(const json& model, Pipeline& impl) {
   if (!merges.is_array()) return tok_error("model.merges is not a list");
   std::unordered_map<uint64_t, MergeResult> merge_map;
   merge_map.reserve(merges.size());
-  std::string left, right;
+  std::string_view left, right;
+  std::string joined;
   for (size_t rank = 0; rank < merges.size(); ++rank) {
     const json& m = merges[rank];
     if (m.is_string()) {
@@ -199,27 +202,27 @@ Result<BpeModel> parse_bpe(const json& model, Pipeline& impl) {
         return tok_error("model.merges[" + std::to_string(rank) + "] '" + s +
                          "' is not two tokens");
       }
-      left = s.substr(0, sp);
-      right = s.substr(sp + 1);
+      left = std::string_view(s).substr(0, sp);
+      right = std::string_view(s).substr(sp + 1);
     } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
-      left = m[0].get<std::string>();
-      right = m[1].get<std::string>();
+      left = m[0].get_ref<const std::string&>();
+      right = m[1].get_ref<const std::string&>();
     } else {
       return tok_error("model.merges[" + std::to_string(rank) + "] is not a pair of tokens");
     }
     auto l = impl.token_ids.find(left);
     auto r = impl.token_ids.find(right);
-    auto merged = impl.token_ids.find(left + right);
+    joined.assign(left).append(right);
+    auto merged = impl.token_ids.find(std::string_view(joined));
     if (l == impl.token_ids.end() || r == impl.token_ids.end() || merged == impl.token_ids.end()) {
-      return tok_error("model.merges[" + std::to_string(rank) + "] '" + left + " " + right +
-                       "' uses a token missing from the vocabulary");
+      return tok_error("model.merges[" + std::to_string(rank) + "] '" + std::string(left) + " " +
+                       std::string(right) + "' uses a token missing from the vocabulary");
     }
     // A repeated pair keeps its last rank, as HF's map collection does.
     merge_map.insert_or_assign(BpeModel::pair_key(l->second, r->second),
                                MergeResult{int32_t(rank), merged->second});
   }
-  return BpeModel(std::move(byte_ids), std::move(merge_map), std::move(piece_ids),
-                  flag(model, "ignore_merges", false));
+  return BpeModel(std::move(byte_ids), std::move(merge_map), std::move(piece_ids), ignore_merges);
 }
 
 Status parse_added_tokens(const json& added, Pipeline& impl) {

@@ -28,7 +28,10 @@ AttentionShape attention_shape(const ModelConfig& c, int32_t page_size) {
 }  // namespace
 
 CpuRunner::CpuRunner(const ModelDir& model, const RunnerOptions& opts, int32_t num_pages)
-    : model_(model),
+    : config_(model.config),
+      weights_(model.tensors),
+      weights_bytes_(int64_t(model.weights.total_bytes())),
+      device_(opts.device),
       page_size_(opts.page_size),
       num_pages_(num_pages),
       valid_vocab_(int32_t(model.config.vocab_size)),
@@ -44,16 +47,15 @@ CpuRunner::CpuRunner(const ModelDir& model, const RunnerOptions& opts, int32_t n
 }
 
 void CpuRunner::set_valid_vocab(int32_t valid_vocab) {
-  TANDEM_CHECK(valid_vocab > 0 && valid_vocab <= model_.config.vocab_size,
-               "valid_vocab %d outside (0, %lld]", valid_vocab,
-               (long long)model_.config.vocab_size);
+  TANDEM_CHECK(valid_vocab > 0 && valid_vocab <= config_.vocab_size,
+               "valid_vocab %d outside (0, %lld]", valid_vocab, (long long)config_.vocab_size);
   valid_vocab_ = valid_vocab;
 }
 
 MemoryPlan CpuRunner::memory_plan() const {
   MemoryPlan plan;
-  plan.weights_bytes = int64_t(model_.weights.total_bytes());
-  plan.kv_bytes = int64_t(page_floats_) * 4 * 2 * num_pages_ * model_.config.num_layers;
+  plan.weights_bytes = weights_bytes_;
+  plan.kv_bytes = int64_t(page_floats_) * 4 * 2 * num_pages_ * config_.num_layers;
   for (const auto* v : {&x_, &h_, &q_, &k_, &v_, &attn_, &gate_, &up_, &logits_})
     plan.activation_bytes += int64_t(v->capacity() * sizeof(float));
   const int64_t page = sysconf(_SC_PAGESIZE);
@@ -80,14 +82,14 @@ void CpuRunner::check_batch(const ForwardBatch& batch) const {
   TANDEM_CHECK(covered == num_tokens, "slices cover %lld of %lld tokens", (long long)covered,
                (long long)num_tokens);
   for (int32_t t : batch.tokens)
-    TANDEM_CHECK(t >= 0 && t < model_.config.vocab_size, "token id %d outside the vocabulary", t);
+    TANDEM_CHECK(t >= 0 && t < config_.vocab_size, "token id %d outside the vocabulary", t);
   for (int32_t r : batch.logit_rows)
     TANDEM_CHECK(r >= 0 && r < num_tokens, "logit row %d outside the batch", r);
 }
 
 void CpuRunner::forward(const ForwardBatch& batch) {
   check_batch(batch);
-  const ModelConfig& c = model_.config;
+  const ModelConfig& c = config_;
   const int64_t n = int64_t(batch.tokens.size());
   const int64_t hidden = c.hidden_size;
   const int64_t q_width = c.num_heads * c.head_dim;
@@ -107,8 +109,7 @@ void CpuRunner::forward(const ForwardBatch& batch) {
       positions[size_t(s.q_start + i)] = s.context_len - s.q_len + i;
 
   for (int64_t t = 0; t < n; ++t)
-    weight_row_to_f32(*model_.tensors.embed_tokens, batch.tokens[size_t(t)],
-                      &x_[size_t(t * hidden)]);
+    weight_row_to_f32(*weights_.embed_tokens, batch.tokens[size_t(t)], &x_[size_t(t * hidden)]);
   for (int64_t l = 0; l < c.num_layers; ++l) run_layer(l, batch, positions);
 
   // Final norm and lm_head only for the rows whose logits are wanted.
@@ -118,15 +119,14 @@ void CpuRunner::forward(const ForwardBatch& batch) {
   for (int64_t i = 0; i < num_logits_; ++i)
     std::copy_n(&x_[size_t(batch.logit_rows[size_t(i)] * hidden)], hidden,
                 &rows[size_t(i * hidden)]);
-  rms_norm(rows.data(), num_logits_, hidden, *model_.tensors.final_norm, c.rms_norm_eps,
-           rows.data());
-  linear(pool_, rows.data(), num_logits_, *model_.tensors.lm_head, nullptr, logits_.data());
+  rms_norm(rows.data(), num_logits_, hidden, *weights_.final_norm, c.rms_norm_eps, rows.data());
+  linear(pool_, rows.data(), num_logits_, *weights_.lm_head, nullptr, logits_.data());
 }
 
 void CpuRunner::run_layer(int64_t layer, const ForwardBatch& batch,
                           const std::vector<int32_t>& positions) {
-  const ModelConfig& c = model_.config;
-  const LayerWeights& w = model_.tensors.layers[size_t(layer)];
+  const ModelConfig& c = config_;
+  const LayerWeights& w = weights_.layers[size_t(layer)];
   const int64_t n = int64_t(batch.tokens.size());
   const int64_t hidden = c.hidden_size;
   const int64_t q_width = c.num_heads * c.head_dim;
@@ -162,7 +162,7 @@ void CpuRunner::run_layer(int64_t layer, const ForwardBatch& batch,
 void CpuRunner::sample(std::span<const SampleRequest> requests, std::span<int32_t> out_tokens) {
   TANDEM_CHECK(out_tokens.size() >= requests.size(), "%zu outputs for %zu requests",
                out_tokens.size(), requests.size());
-  const int64_t vocab = model_.config.vocab_size;
+  const int64_t vocab = config_.vocab_size;
   std::vector<float> row(static_cast<size_t>(vocab));  // [vocab] processed copy of one logits row
   for (size_t i = 0; i < requests.size(); ++i) {
     const SampleRequest& r = requests[i];
@@ -179,7 +179,7 @@ void CpuRunner::sample(std::span<const SampleRequest> requests, std::span<int32_
 }
 
 void CpuRunner::copy_logits(std::span<float> out) {
-  const size_t count = size_t(num_logits_ * model_.config.vocab_size);
+  const size_t count = size_t(num_logits_ * config_.vocab_size);
   TANDEM_CHECK(out.size() >= count, "copy_logits: %zu floats for %zu logits", out.size(), count);
   std::copy_n(logits_.data(), count, out.data());
 }
@@ -198,6 +198,9 @@ KvPoolView CpuRunner::kv_pool_view() {
 
 Result<std::unique_ptr<ModelRunner>> make_cpu_runner(const ModelDir& model,
                                                      const RunnerOptions& opts) {
+  if (!is_device_name(opts.device, "cpu"))
+    return make_error(ErrorCode::kInvalidArgument,
+                      "device '" + opts.device + "' is not 'cpu' or 'cpu:N'");
   if (opts.page_size <= 0)
     return make_error(ErrorCode::kInvalidArgument,
                       "page_size must be positive, got " + std::to_string(opts.page_size));

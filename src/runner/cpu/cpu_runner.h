@@ -16,11 +16,12 @@ namespace tandem {
 
 class CpuRunner final : public ModelRunner {
  public:
-  // `model` must outlive the runner: weights are read from its mmap on every forward.
+  // The weights are read from `model`'s mmap on every forward: its WeightStore must outlive the
+  // runner (the ModelDir itself may move; the runner keeps the tensor pointers, not the object).
   CpuRunner(const ModelDir& model, const RunnerOptions& opts, int32_t num_pages);
 
-  const ModelConfig& config() const override { return model_.config; }
-  std::string device() const override { return "cpu"; }
+  const ModelConfig& config() const override { return config_; }
+  std::string device() const override { return device_; }
   int32_t page_size() const override { return page_size_; }
   int32_t num_pages() const override { return num_pages_; }
   void set_valid_vocab(int32_t valid_vocab) override;
@@ -35,7 +36,10 @@ class CpuRunner final : public ModelRunner {
   void check_batch(const ForwardBatch& batch) const;
   void run_layer(int64_t layer, const ForwardBatch& batch, const std::vector<int32_t>& positions);
 
-  const ModelDir& model_;
+  const ModelConfig config_;
+  const ModelWeights weights_;  // pointers into the WeightStore's tensor map
+  const int64_t weights_bytes_;
+  const std::string device_;  // "cpu" or "cpu:N"
   int32_t page_size_;
   int32_t num_pages_;
   int32_t valid_vocab_;

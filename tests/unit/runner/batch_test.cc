@@ -113,3 +113,39 @@ TEST_CASE("pages outside the block table do not change results") {
   CHECK(bit_equal(l_clean, l_poisoned));
   for (float v : l_poisoned) REQUIRE(std::isfinite(v));
 }
+
+TEST_CASE("the runner keeps working after its ModelDir moves (the engine moves it)") {
+  auto loaded = load_model_dir(golden_model_dir("llama_tied_fp32"));
+  REQUIRE(loaded.ok());
+  auto model = std::make_unique<ModelDir>(std::move(loaded).value());
+  RunnerDriver d(*model, 16);
+  const auto prompt = make_prompt(9, 4, d.vocab());
+  std::vector<float> before, after;
+  const auto t_before = d.greedy(prompt, 4, 3, &before);
+  ModelDir moved = std::move(*model);
+  // The old object now holds another model: a runner that still read through it would
+  // compute other logits (or crash).
+  auto other = load_model_dir(golden_model_dir("qwen2_tied_bf16_sharded"));
+  REQUIRE(other.ok());
+  *model = std::move(other).value();
+  const auto t_after = d.greedy(prompt, 4, 3, &after);
+  CHECK(t_before == t_after);
+  CHECK(bit_equal(before, after));
+}
+
+TEST_CASE("the thread count does not change results") {
+  const ModelDir model = load("qwen2_untied_fp16_gqa4");
+  const auto prompt = make_prompt(45, 6, model.config.vocab_size);
+  std::vector<int32_t> tokens[3];
+  std::vector<float> logits[3];
+  const int32_t threads[3] = {1, 2, 3};
+  for (int i = 0; i < 3; ++i) {
+    RunnerDriver d(model, 16, 64, threads[i]);
+    tokens[i] = d.greedy(prompt, 16, 4, &logits[i]);
+  }
+  for (int i = 1; i < 3; ++i) {
+    CAPTURE(threads[i]);
+    CHECK(tokens[i] == tokens[0]);
+    CHECK(bit_equal(logits[i], logits[0]));
+  }
+}

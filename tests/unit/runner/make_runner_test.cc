@@ -27,14 +27,26 @@ bool has(const std::string& s, const std::string& part) {
 }  // namespace
 
 TEST_CASE("make_runner: devices") {
+  CHECK(is_device_name("cuda:12", "cuda"));
+  CHECK_FALSE(is_device_name("cuda:1x", "cuda"));
+  CHECK_FALSE(is_device_name("cpu0", "cpu"));
   const ModelDir model = load("llama_tied_fp32");
   RunnerOptions opts;
   opts.num_pages = 4;
   auto cpu = make_runner(model, opts);
   REQUIRE(cpu.ok());
   CHECK((*cpu)->device() == "cpu");
+  opts.device = "cpu:1";  // one of two CPU stages
+  auto cpu1 = make_runner(model, opts);
+  REQUIRE(cpu1.ok());
+  CHECK((*cpu1)->device() == "cpu:1");
+  opts.device = "cuda:0";
+  auto not_cpu = make_cpu_runner(model, opts);
+  REQUIRE_FALSE(not_cpu.ok());
+  CHECK(not_cpu.error().code == ErrorCode::kInvalidArgument);
 
-  for (const char* bad : {"gpu", "cuda", "cuda:", "cuda:x", "cuda:-1", "CPU", ""}) {
+  for (const char* bad :
+       {"gpu", "cuda", "cuda:", "cuda:x", "cuda:-1", "CPU", "cpu:", "cpu:a", ""}) {
     CAPTURE(bad);
     opts.device = bad;
     auto r = make_runner(model, opts);

@@ -27,12 +27,13 @@ double relative_error(const std::vector<float>& a, const std::vector<float>& b) 
   return max_diff / max_ref;
 }
 
-RunnerDriver::RunnerDriver(const ModelDir& model, int32_t page_size, int32_t num_pages)
+RunnerDriver::RunnerDriver(const ModelDir& model, int32_t page_size, int32_t num_pages,
+                           int32_t threads)
     : pool_(num_pages), page_size_(page_size) {
   RunnerOptions opts;
   opts.page_size = page_size;
   opts.num_pages = num_pages;
-  opts.threads = 2;
+  opts.threads = threads;
   auto r = make_cpu_runner(model, opts);
   REQUIRE_MESSAGE(r.ok(), (r.ok() ? "" : r.error().to_string()));
   runner_ = std::move(r).value();

@@ -28,7 +28,8 @@ struct StepPart {
 
 class RunnerDriver {
  public:
-  RunnerDriver(const ModelDir& model, int32_t page_size, int32_t num_pages = 512);
+  RunnerDriver(const ModelDir& model, int32_t page_size, int32_t num_pages = 512,
+               int32_t threads = 2);
 
   ModelRunner& runner() { return *runner_; }
   int64_t vocab() const { return runner_->config().vocab_size; }
@@ -44,8 +45,8 @@ class RunnerDriver {
 
   // Prefill `prompt` in chunks of `chunk` tokens, then greedy-decode `new_tokens`. Returns the
   // generated ids; first_logits gets the logits of the last prompt position.
-  std::vector<int32_t> greedy(const std::vector<int32_t>& prompt, int32_t chunk,
-                              int32_t new_tokens, std::vector<float>* first_logits);
+  std::vector<int32_t> greedy(const std::vector<int32_t>& prompt, int32_t chunk, int32_t new_tokens,
+                              std::vector<float>* first_logits);
 
   // Greedy token of row `row` of the last forward, through ModelRunner::sample.
   int32_t sample_greedy(int32_t row);

@@ -6,6 +6,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <thread>
 
 #include "test_paths.h"
 #include "tokenizer/tokenizer.h"
@@ -72,7 +73,17 @@ void check_golden(const std::string& name) {
     CHECK(streamed(tok, ids, true) == skip);
     CHECK(streamed(tok, ids, false) == keep);
   }
-  MESSAGE(name, ": ", golden["encode"].size(), " encode cases, ", failures, " failing");
+  // Seeded random strings aimed at the regex's edges (unusual spaces, contractions, marks).
+  REQUIRE(golden["fuzz"].size() >= 1000);
+  for (const json& c : golden["fuzz"]) {
+    std::string text = c["text"];
+    auto ids = tok.encode(text, false);
+    CAPTURE(text);
+    CHECK(ids == c["ids"].get<std::vector<int32_t>>());
+    failures += ids != c["ids"].get<std::vector<int32_t>>();
+  }
+  MESSAGE(name, ": ", golden["encode"].size(), " encode and ", golden["fuzz"].size(),
+          " random cases, ", failures, " failing");
 }
 
 }  // namespace
@@ -137,4 +148,29 @@ TEST_CASE("long and repetitive inputs (deep regex backtracking, long BPE words)"
   CHECK(tok.decode(ids, false) == text);
   auto again = tok.encode(text, false);
   CHECK(ids == again);  // the word cache gives what the merge loop gave
+}
+
+TEST_CASE("encoding from several threads at once gives the single-threaded ids") {
+  const Tokenizer& tok = tokenizer("qwen3");
+  json prompts = read_json(testing::golden_dir() + "/tokenizer/bench_prompts.json");
+  std::vector<std::string> texts;
+  for (auto& [kind, list] : prompts.items()) {
+    for (const auto& t : list) texts.push_back(t.get<std::string>());
+  }
+  std::vector<std::vector<int32_t>> expected;
+  for (const auto& t : texts) expected.push_back(tok.encode(t, false));
+  std::vector<int> mismatches(4, 0);
+  std::vector<std::thread> threads;
+  for (int w = 0; w < 4; ++w) {
+    threads.emplace_back([&, w] {
+      for (int round = 0; round < 3; ++round) {
+        for (size_t i = 0; i < texts.size(); ++i) {
+          size_t k = (i + size_t(w) * 5) % texts.size();  // threads start at different prompts
+          mismatches[size_t(w)] += tok.encode(texts[k], false) != expected[k];
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  CHECK(mismatches == std::vector<int>(4, 0));
 }

@@ -79,6 +79,22 @@ TEST_CASE("Split pre-tokenizer isolates matches and keeps gaps") {
   CHECK(make(j).encode("ab a b", false) == Ids{256, ' ', 'a', ' ', 'b'});
   j["pre_tokenizer"]["behavior"] = "Removed";
   CHECK(make(j).encode("ab a b", false) == Ids{256, 'a', 'b'});
+  // \s means what it means to Oniguruma (HF's regex engine): U+0085 and U+3000 are spaces,
+  // U+180E and U+FEFF are not (PCRE2 alone would take U+180E).
+  CHECK(make(j).encode("a\xC2\x85"
+                       "b\xE3\x80\x80",
+                       false) == Ids{'a', 'b'});
+  CHECK(make(j).encode("a\xE1\xA0\x8E"
+                       "b\xEF\xBB\xBF",
+                       false) == Ids{'a', 0xE1, 0xA0, 0x8E, 'b', 0xEF, 0xBB, 0xBF});
+  j["pre_tokenizer"]["pattern"] = {{"Regex", "[\\s]+"}};  // \s inside a class
+  CHECK(make(j).encode("a\xE1\xA0\x8E"
+                       "b\xC2\x85"
+                       "c",
+                       false) == Ids{'a', 0xE1, 0xA0, 0x8E, 'b', 'c'});
+  j["pre_tokenizer"]["pattern"] = {{"Regex", "\\S+"}};
+  CHECK(make(j).encode("a\xE1\xA0\x8E b", false) == Ids{' '});
+  j["pre_tokenizer"]["pattern"] = {{"Regex", "\\s+"}};
   j["pre_tokenizer"]["behavior"] = "Contiguous";
   require_error(j, "Contiguous");
   j["pre_tokenizer"]["behavior"] = "Isolated";
@@ -105,6 +121,10 @@ TEST_CASE("added tokens: longest match, lstrip/rstrip, single_word, normalized, 
   CHECK(tok.encode("a  <m>  b", false) == Ids{'a', 302, 'b'});       // spaces absorbed
   CHECK(tok.encode("x<w>", false) == Ids{'x', '<', 'w', '>'});       // inside a word
   CHECK(tok.encode("x <w> y", false) == Ids{'x', ' ', 303, ' ', 'y'});
+  // Word characters are letters and numbers of any script; punctuation is a boundary.
+  CHECK(tok.encode("\xC3\xBC<w>", false).size() == 5);                        // ü<w>: no match
+  CHECK(tok.encode("\xEF\xBC\x8C<w>", false) == Ids{0xEF, 0xBC, 0x8C, 303});  // ，<w>
+  CHECK(tok.encode("a\xE3\x80\x80<m>\n", false) == Ids{'a', 302});  // U+3000 is whitespace
   CHECK(tok.encode("e\xCC\x81", false) == Ids{304});  // e + combining acute, NFC'd, then matched
   CHECK(tok.decode(Ids{'a', 300, 'b', 301}, true) == "ab<s>x");
   CHECK(tok.decode(Ids{'a', 300, 'b', 301}, false) == "a<s>b<s>x");

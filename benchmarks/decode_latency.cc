@@ -1,0 +1,166 @@
+// Latency of the CUDA runner on real model shapes without a model directory: weights are seeded
+// random bf16 (every layer has its own device copy, so each step reads all weight bytes), built
+// from one host pattern per tensor shape. Speed only; correctness is the gpu suite's job.
+//
+//   bench_decode_latency --preset qwen2.5-7b --input-len 128 --output-len 128 --batch-size 1
+// prints one JSON object (benchmarks/latency.h): TTFT, TPOT, tok/s and MBU.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "kernels/cuda_check.cuh"
+#include "latency.h"
+#include "model/model_dir.h"
+#include "runner/cuda/cuda_runner.h"
+
+using namespace tandem;
+
+namespace {
+
+struct Preset {
+  const char* name;
+  ModelConfig config;
+};
+
+ModelConfig shape(int64_t hidden, int64_t inter, int64_t layers, int64_t heads, int64_t kv,
+                  int64_t vocab, bool bias, bool tied) {
+  ModelConfig c;
+  c.arch = bias ? Arch::kQwen2 : Arch::kLlama;
+  c.hidden_size = hidden;
+  c.intermediate_size = inter;
+  c.num_layers = layers;
+  c.num_heads = heads;
+  c.num_kv_heads = kv;
+  c.head_dim = hidden / heads;
+  c.vocab_size = vocab;
+  c.attention_bias = bias;
+  c.tie_word_embeddings = tied;
+  c.rope_theta = bias ? 1000000.0 : 500000.0;
+  return c;
+}
+
+struct HostWeights {
+  std::vector<std::vector<uint16_t>> blobs;
+  std::vector<std::unique_ptr<TensorView>> views;
+  ModelWeights w;
+  const TensorView* view(std::vector<int64_t> s, float scale, float offset = 0.0f) {
+    size_t n = 1;
+    for (auto d : s) n *= size_t(d);
+    // xorshift, not <random>: billions of values must be made in a second or two.
+    std::vector<uint16_t> data(n);
+    uint64_t x = 0x9e3779b97f4a7c15ull * (blobs.size() + 1);
+    for (auto& v : data) {
+      x ^= x << 13;
+      x ^= x >> 7;
+      x ^= x << 17;
+      const float u = float(x >> 40) * (1.0f / 16777216.0f);  // [0, 1)
+      v = f32_to_bf16(offset + scale * (2.0f * u - 1.0f));
+    }
+    blobs.push_back(std::move(data));
+    auto v = std::make_unique<TensorView>();
+    v->dtype = DType::kBF16;
+    v->shape = s;
+    v->data = reinterpret_cast<const std::byte*>(blobs.back().data());
+    v->nbytes = n * 2;
+    v->name = "bench";
+    views.push_back(std::move(v));
+    return views.back().get();
+  }
+};
+
+// One host copy per tensor role; all layers point at it (the device gets one copy per layer).
+HostWeights make_weights(const ModelConfig& c) {
+  HostWeights h;
+  const int64_t H = c.hidden_size, I = c.intermediate_size, D = c.head_dim;
+  h.w.embed_tokens = h.view({c.vocab_size, H}, 0.05f);
+  h.w.lm_head = c.tie_word_embeddings ? h.w.embed_tokens : h.view({c.vocab_size, H}, 0.05f);
+  h.w.final_norm = h.view({H}, 0.1f, 1.0f);
+  LayerWeights l{};
+  l.input_norm = h.view({H}, 0.1f, 1.0f);
+  l.post_attn_norm = h.view({H}, 0.1f, 1.0f);
+  l.q_proj = h.view({c.num_heads * D, H}, 0.02f);
+  l.k_proj = h.view({c.num_kv_heads * D, H}, 0.02f);
+  l.v_proj = h.view({c.num_kv_heads * D, H}, 0.02f);
+  if (c.attention_bias) {
+    l.q_bias = h.view({c.num_heads * D}, 0.1f);
+    l.k_bias = h.view({c.num_kv_heads * D}, 0.1f);
+    l.v_bias = h.view({c.num_kv_heads * D}, 0.1f);
+  }
+  l.o_proj = h.view({H, c.num_heads * D}, 0.02f);
+  l.gate_proj = h.view({I, H}, 0.02f);
+  l.up_proj = h.view({I, H}, 0.02f);
+  l.down_proj = h.view({H, I}, 0.02f);
+  h.w.layers.assign(size_t(c.num_layers), l);
+  return h;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string preset = "qwen2.5-7b";
+  int input_len = 128, output_len = 128, batch = 1;
+  bool graphs = true;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string k = argv[i], v = argv[i + 1];
+    if (k == "--preset")
+      preset = v;
+    else if (k == "--input-len")
+      input_len = std::stoi(v);
+    else if (k == "--output-len")
+      output_len = std::stoi(v);
+    else if (k == "--batch-size")
+      batch = std::stoi(v);
+    else if (k == "--graphs")
+      graphs = v == "1";
+    else {
+      std::fprintf(stderr, "unknown flag %s\n", k.c_str());
+      return 2;
+    }
+  }
+  ModelConfig c;
+  if (preset == "qwen2.5-7b")
+    c = shape(3584, 18944, 28, 28, 4, 152064, true, false);
+  else if (preset == "llama-3.1-8b")
+    c = shape(4096, 14336, 32, 32, 8, 128256, false, false);
+  else if (preset == "qwen2.5-0.5b")
+    c = shape(896, 4864, 24, 14, 2, 151936, true, true);
+  else {
+    std::fprintf(stderr, "unknown preset %s\n", preset.c_str());
+    return 2;
+  }
+  HostWeights hw = make_weights(c);
+  const int page = 16;
+  const int pages_per_seq = (input_len + output_len + page - 1) / page;
+  RunnerOptions opts;
+  opts.device = "cuda:0";
+  opts.page_size = page;
+  opts.num_pages = pages_per_seq * batch + 1;
+  opts.max_batch_tokens = std::max(input_len, batch);
+  opts.max_seqs = std::max(batch, 1);
+  auto created = CudaRunner::create(c, hw.w, opts);
+  if (!created.ok()) {
+    std::fprintf(stderr, "%s\n", created.error().to_string().c_str());
+    return 1;
+  }
+  CudaRunner& r = **created;
+  r.set_use_graphs(graphs);
+  int64_t weight_bytes = r.memory_plan().weights_bytes;
+  // Untied: the embedding table is gathered, not read. Tied: it is read whole as lm_head.
+  if (!c.tie_word_embeddings) weight_bytes -= c.vocab_size * c.hidden_size * 2;
+  bench::LatencyOptions lo;
+  lo.input_len = input_len;
+  lo.output_len = output_len;
+  lo.batch_size = batch;
+  auto res = bench::run_latency(r, lo, weight_bytes);
+  if (!res.ok()) {
+    std::fprintf(stderr, "%s\n", res.error().to_string().c_str());
+    return 1;
+  }
+  std::printf("%s\n", bench::to_json(lo, *res, preset + (graphs ? "" : " (no graphs)")).c_str());
+  return 0;
+}

@@ -1,0 +1,107 @@
+#include "latency.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <vector>
+
+namespace tandem::bench {
+namespace {
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+Result<LatencyResult> run_latency(ModelRunner& r, const LatencyOptions& o,
+                                  int64_t weight_bytes_per_step) {
+  if (o.input_len < 1 || o.output_len < 2 || o.batch_size < 1) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "--input-len >= 1, --output-len >= 2 and --batch-size >= 1 are needed");
+  }
+  const int32_t page = r.page_size();
+  const int32_t per_seq = (o.input_len + o.output_len + page - 1) / page;
+  if (int64_t(per_seq) * o.batch_size > r.num_pages()) {
+    return make_error(ErrorCode::kOutOfPages,
+                      std::to_string(o.batch_size) + " sequences of " +
+                          std::to_string(o.input_len + o.output_len) + " tokens need " +
+                          std::to_string(int64_t(per_seq) * o.batch_size) +
+                          " KV pages; the runner has " + std::to_string(r.num_pages()));
+  }
+  const int64_t vocab = r.config().vocab_size;
+  std::vector<std::vector<int32_t>> pages(static_cast<size_t>(o.batch_size));
+  for (int32_t s = 0; s < o.batch_size; ++s)
+    for (int32_t p = 0; p < per_seq; ++p) pages[size_t(s)].push_back(s * per_seq + p);
+  std::vector<int32_t> prompt(static_cast<size_t>(o.input_len));
+  for (int32_t i = 0; i < o.input_len; ++i)
+    prompt[size_t(i)] = int32_t((int64_t(i) * 7919 + 13) % vocab);
+
+  ResolvedSampling greedy;
+  greedy.temperature = 0.0f;
+  SampleRequest first;
+  first.params = &greedy;
+  int32_t first_token = 0;
+  auto prefill = [&](int32_t s) {
+    SeqSlice sl{0, o.input_len, o.input_len, pages[size_t(s)]};
+    const std::vector<int32_t> rows = {o.input_len - 1};
+    r.forward(ForwardBatch{prompt, std::span(&sl, 1), rows});
+    r.sample(std::span(&first, 1), std::span(&first_token, 1));
+  };
+  std::vector<double> ttft;
+  for (int32_t rep = 0; rep <= o.prefill_repeats; ++rep) {
+    const auto t0 = std::chrono::steady_clock::now();
+    prefill(0);
+    if (rep > 0) ttft.push_back(ms_since(t0));
+  }
+  for (int32_t s = 1; s < o.batch_size; ++s) prefill(s);
+
+  const size_t nb = static_cast<size_t>(o.batch_size);
+  std::vector<int32_t> toks(nb, first_token), rows(nb), out(nb);
+  std::vector<SampleRequest> reqs(nb);
+  for (size_t s = 0; s < nb; ++s) {
+    rows[s] = int32_t(s);
+    reqs[s].logit_index = int32_t(s);
+    reqs[s].params = &greedy;
+  }
+  std::vector<double> steps;
+  const int32_t warmup = std::min(3, (o.output_len - 1) / 2);
+  std::vector<SeqSlice> sl(nb);
+  for (int32_t step = 0; step < o.output_len - 1; ++step) {
+    for (size_t s = 0; s < nb; ++s) sl[s] = {int32_t(s), 1, o.input_len + step + 1, pages[s]};
+    const auto t0 = std::chrono::steady_clock::now();
+    r.forward(ForwardBatch{toks, sl, rows});
+    r.sample(reqs, out);
+    if (step >= warmup) steps.push_back(ms_since(t0));
+    toks = out;
+  }
+  LatencyResult res;
+  res.ttft_ms = median(ttft);
+  res.tpot_ms = median(steps);
+  res.tok_per_s = 1000.0 * o.batch_size / res.tpot_ms;
+  res.weight_bytes_per_step = weight_bytes_per_step;
+  res.achieved_tb_per_s = double(weight_bytes_per_step) / (res.tpot_ms * 1e-3) / 1e12;
+  res.mbu = res.achieved_tb_per_s / 4.2;
+  return res;
+}
+
+std::string to_json(const LatencyOptions& o, const LatencyResult& r, const std::string& label) {
+  char buf[768];
+  std::snprintf(buf, sizeof(buf),
+                "{\"model\": \"%s\", \"input_len\": %d, \"output_len\": %d, \"batch_size\": %d, "
+                "\"ttft_ms\": %.3f, \"tpot_ms\": %.4f, \"tok_per_s\": %.1f, "
+                "\"weight_bytes_per_step\": %lld, \"achieved_tb_per_s\": %.3f, "
+                "\"mbu_vs_4p2\": %.3f}",
+                label.c_str(), o.input_len, o.output_len, o.batch_size, r.ttft_ms, r.tpot_ms,
+                r.tok_per_s, static_cast<long long>(r.weight_bytes_per_step), r.achieved_tb_per_s,
+                r.mbu);
+  return buf;
+}
+
+}  // namespace tandem::bench

@@ -1,0 +1,38 @@
+// The latency benchmark's measurement, on any ModelRunner (the CPU runner too): one prompt's
+// prefill (TTFT), then batch_size sequences decoding greedily, one token per sequence per step
+// (TPOT), as vLLM's benchmark_latency reports them. Times are host-visible: each step ends when
+// sample() has returned the ids.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/error.h"
+#include "runner/runner.h"
+
+namespace tandem::bench {
+
+struct LatencyOptions {
+  int32_t input_len = 128;
+  int32_t output_len = 128;
+  int32_t batch_size = 1;
+  int32_t prefill_repeats = 5;  // TTFT is the median of these, after one warm-up
+};
+
+struct LatencyResult {
+  double ttft_ms = 0;  // median prefill of one prompt + its first sample
+  double tpot_ms = 0;  // median decode step (batch_size tokens)
+  double tok_per_s = 0;
+  int64_t weight_bytes_per_step = 0;
+  double achieved_tb_per_s = 0;  // weight bytes / TPOT
+  double mbu = 0;                // against the 4.2 TB/s copy ceiling (GPU-MACHINE.md)
+};
+
+// Needs runner.num_pages() >= batch_size * ceil((input_len + output_len) / page_size).
+// weight_bytes_per_step: bytes read per decode step (weights, without the gathered embedding).
+Result<LatencyResult> run_latency(ModelRunner& runner, const LatencyOptions& opts,
+                                  int64_t weight_bytes_per_step);
+
+std::string to_json(const LatencyOptions& opts, const LatencyResult& r, const std::string& label);
+
+}  // namespace tandem::bench

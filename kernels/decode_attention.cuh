@@ -1,0 +1,33 @@
+// Paged attention for decode steps (one query token per sequence), GQA-aware and split over the
+// context: a block takes one token, one KV head with all its query heads (K/V read once per group,
+// not once per query head) and one slice of the keys; a second launch merges the slices' partial
+// softmax states. Splits keep the GPU busy at batch 1 with long contexts.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "paged_attention.cuh"
+
+namespace tandem::kernels {
+
+constexpr int32_t kDecodeMaxGroup = 8;  // query heads per KV head
+constexpr int32_t kDecodeMaxSplits = 16;
+
+// Floats of scratch `partials` must hold: num_tokens * num_heads * num_splits * (head_dim + 2).
+// head_dim % 8 == 0, <= 256; num_heads / num_kv_heads <= kDecodeMaxGroup.
+void launch_decode_attention(const __nv_bfloat16* q,         // [T, H * D] in
+                             const __nv_bfloat16* k_cache,   // layer's K pages (rope_kv.cuh)
+                             const __nv_bfloat16* v_cache,   // layer's V pages
+                             const int32_t* token_seq,       // [T] in
+                             const int32_t* positions,       // [T] in
+                             const int32_t* seq_page_start,  // [S] in
+                             const int32_t* page_ids,        // [sum of pages] in
+                             PagedAttentionShape shape, int32_t num_splits,
+                             float* partials,     // scratch, see above
+                             __nv_bfloat16* out,  // [T, H * D] out
+                             cudaStream_t stream);
+
+}  // namespace tandem::kernels

@@ -1,0 +1,26 @@
+// Row gather: token embeddings into the fp32 residual stream, and picking the rows whose logits
+// are wanted out of a bf16 activation.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace tandem::kernels {
+
+// out[i, :] = table[rows[i], :] as fp32. rows are checked on the host (ids < vocab).
+void launch_gather_rows_to_f32(const __nv_bfloat16* table,  // [num_table_rows, width] in
+                               const int32_t* rows,         // [num_rows] in
+                               int32_t num_rows, int32_t width,
+                               float* out,  // [num_rows, width] out
+                               cudaStream_t stream);
+
+// out[i, :] = in[rows[i], :], bf16 to bf16.
+void launch_gather_rows_bf16(const __nv_bfloat16* in,  // [*, width] in
+                             const int32_t* rows,      // [num_rows] in
+                             int32_t num_rows, int32_t width,
+                             __nv_bfloat16* out,  // [num_rows, width] out
+                             cudaStream_t stream);
+
+}  // namespace tandem::kernels

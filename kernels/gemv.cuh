@@ -1,0 +1,22 @@
+// Skinny GEMM for decode: y[t, n] = sum_k x[t, k] * w[n, k] for a few tokens. At batch 1-8 the
+// weight read is the whole cost, and cuBLASLt reaches only 1.0-1.6 TB/s on the q/k/v and o_proj
+// shapes (GPU-MACHINE.md); one warp per output row with 16-byte loads streams the weights once.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace tandem::kernels {
+
+constexpr int32_t kGemvMaxTokens = 8;
+
+// k % 8 == 0, 1 <= m <= kGemvMaxTokens. out_f32 picks the output type of y.
+void launch_gemv(const __nv_bfloat16* x,  // [m, k] in
+                 const __nv_bfloat16* w,  // [n, k] in (HF Linear layout)
+                 int32_t m, int32_t n, int32_t k,
+                 void* y,  // [m, n] out, bf16 or fp32
+                 bool out_f32, cudaStream_t stream);
+
+}  // namespace tandem::kernels

@@ -1,0 +1,68 @@
+#include "rmsnorm.cuh"
+
+#include <algorithm>
+
+#include "block_reduce.cuh"
+#include "cuda_check.cuh"
+
+namespace tandem::kernels {
+namespace {
+
+constexpr int kMaxThreads = 1024;
+// A row is latency-bound at decode sizes (one block per row): spread it over up to 1024 threads,
+// 4-8 elements each, kept in registers between the two passes.
+
+template <int kPerThread>
+__global__ void __launch_bounds__(kMaxThreads)
+    add_rmsnorm_kernel(float* __restrict__ residual, const __nv_bfloat16* __restrict__ delta,
+                       const float* __restrict__ weight, int32_t width, float eps,
+                       __nv_bfloat16* __restrict__ out) {
+  __shared__ float scratch[32];
+  const int64_t base = int64_t(blockIdx.x) * width;
+  float v[kPerThread];
+  float ss = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kPerThread; ++i) {
+    const int c = threadIdx.x + i * int(blockDim.x);
+    v[i] = 0.0f;
+    if (c < width) {
+      float x = residual[base + c];
+      if (delta != nullptr) {
+        x += __bfloat162float(delta[base + c]);
+        residual[base + c] = x;
+      }
+      v[i] = x;
+      ss += x * x;
+    }
+  }
+  ss = block_sum(ss, scratch);
+  const float inv = rsqrtf(ss / float(width) + eps);
+#pragma unroll
+  for (int i = 0; i < kPerThread; ++i) {
+    const int c = threadIdx.x + i * int(blockDim.x);
+    if (c < width) out[base + c] = __float2bfloat16(v[i] * inv * weight[c]);
+  }
+}
+
+}  // namespace
+
+void launch_add_rmsnorm(float* residual, const __nv_bfloat16* delta, const float* weight,
+                        int32_t rows, int32_t width, float eps, __nv_bfloat16* out,
+                        cudaStream_t stream) {
+  if (rows == 0) return;
+  if (width > kMaxThreads * 8) {
+    std::fprintf(stderr, "add_rmsnorm: width %d over %d\n", width, kMaxThreads * 8);
+    std::abort();
+  }
+  if (width <= kMaxThreads * 4) {
+    const int threads = std::max(32, ((width + 3) / 4 + 31) / 32 * 32);
+    add_rmsnorm_kernel<4><<<rows, std::min(threads, kMaxThreads), 0, stream>>>(
+        residual, delta, weight, width, eps, out);
+  } else {
+    add_rmsnorm_kernel<8>
+        <<<rows, kMaxThreads, 0, stream>>>(residual, delta, weight, width, eps, out);
+  }
+  TANDEM_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace tandem::kernels

@@ -1,0 +1,408 @@
+#include "runner/cuda/cuda_runner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+#include "core/check.h"
+#include "kernels/argmax.cuh"
+#include "kernels/cuda_check.cuh"
+#include "kernels/decode_attention.cuh"
+#include "kernels/embedding.cuh"
+#include "kernels/gemv.cuh"
+#include "kernels/paged_attention.cuh"
+#include "kernels/prefill_attention.cuh"
+#include "kernels/rmsnorm.cuh"
+#include "kernels/rope_kv.cuh"
+#include "kernels/silu_mul.cuh"
+#include "model/model_dir.h"
+#include "runner/cuda/rope_frequencies.h"
+
+namespace tandem {
+namespace {
+
+constexpr int32_t kMaxGraphBatch = 256;            // decode batches captured as graphs
+constexpr int64_t kActivationSlack = 256ll << 20;  // cuBLASLt, graphs, allocator rounding
+constexpr int64_t kDecodeSplitRows = 4096;         // tokens x splits the split-K scratch holds
+
+}  // namespace
+
+Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig& config,
+                                                       const ModelWeights& weights,
+                                                       const RunnerOptions& opts) {
+  int device = 0;
+  if (opts.device.rfind("cuda:", 0) != 0 ||
+      std::sscanf(opts.device.c_str() + 5, "%d", &device) != 1 || device < 0) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "device '" + opts.device + "': the CUDA runner takes cuda:N");
+  }
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || device >= count) {
+    cudaGetLastError();  // a missing driver is an answer here, not a sticky error
+    return make_error(ErrorCode::kUnsupported, "device '" + opts.device + "': this machine has " +
+                                                   std::to_string(count) + " CUDA device(s)");
+  }
+  if (config.head_dim % 8 != 0 || config.head_dim > 256 || config.hidden_size % 8 != 0 ||
+      config.intermediate_size % 8 != 0 || config.hidden_size > 8192) {
+    return make_error(ErrorCode::kUnsupported,
+                      "config.json: head_dim " + std::to_string(config.head_dim) +
+                          " / hidden_size " + std::to_string(config.hidden_size) +
+                          ": the CUDA kernels need multiples of 8, head_dim <= 256, "
+                          "hidden_size <= 8192");
+  }
+  if (opts.page_size < 1) {
+    return make_error(ErrorCode::kInvalidArgument, "page_size must be >= 1");
+  }
+  TANDEM_CUDA_CHECK(cudaSetDevice(device));
+
+  std::unique_ptr<CudaRunner> r(new CudaRunner());
+  r->config_ = config;
+  r->device_ = device;
+  r->page_size_ = opts.page_size;
+  r->valid_vocab_ = int32_t(config.vocab_size);
+  r->max_tokens_ = std::max(opts.max_batch_tokens, 1);
+  r->max_seqs_ = std::max(opts.max_seqs, 1);
+  r->max_logits_ = std::max(std::min(r->max_tokens_, 4 * r->max_seqs_), 1);
+  TANDEM_CUDA_CHECK(cudaStreamCreateWithFlags(&r->stream_, cudaStreamNonBlocking));
+  r->gemm_ = std::make_unique<kernels::GemmContext>();
+
+  size_t free_b = 0, total_b = 0;
+  TANDEM_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  r->plan_.device_total_bytes = int64_t(total_b);
+
+  Result<DeviceWeights> dw = upload_weights(config, weights, /*progress=*/true);
+  if (!dw.ok()) return dw.error();
+  r->weights_ = std::move(dw).value();
+  r->plan_.weights_bytes = r->weights_.bytes;
+
+  const std::vector<float> inv = rope_inv_freq(config);
+  r->inv_freq_ = DeviceBuffer(inv.size() * 4);
+  TANDEM_CUDA_CHECK(
+      cudaMemcpy(r->inv_freq_.as<float>(), inv.data(), inv.size() * 4, cudaMemcpyHostToDevice));
+
+  // Activations.
+  const int64_t T = r->max_tokens_, H = config.hidden_size, I = config.intermediate_size;
+  const int64_t QD = config.num_heads * config.head_dim;
+  const int64_t QKV = (config.num_heads + 2 * config.num_kv_heads) * config.head_dim;
+  const int64_t L = r->max_logits_;
+  r->residual_ = DeviceBuffer(size_t(T * H * 4));
+  r->normed_ = DeviceBuffer(size_t(T * H * 2));
+  r->qkv_ = DeviceBuffer(size_t(T * QKV * 2));
+  r->q_ = DeviceBuffer(size_t(T * QD * 2));
+  r->attn_ = DeviceBuffer(size_t(T * QD * 2));
+  r->delta_ = DeviceBuffer(size_t(T * H * 2));
+  r->gate_up_ = DeviceBuffer(size_t(T * 2 * I * 2));
+  r->act_ = DeviceBuffer(size_t(T * I * 2));
+  r->picked_ = DeviceBuffer(size_t(L * H * 2));
+  r->logits_ = DeviceBuffer(size_t(L * config.vocab_size * 4));
+  r->attn_partials_ =
+      DeviceBuffer(size_t(kDecodeSplitRows * config.num_heads * (config.head_dim + 2) * 4));
+  TANDEM_CUDA_CHECK(cudaDeviceGetAttribute(&r->num_sms_, cudaDevAttrMultiProcessorCount, device));
+  r->sample_rows_ = DeviceBuffer(size_t(L * 4));
+  r->sampled_ = DeviceBuffer(size_t(L * 4));
+  r->sample_host_ = PinnedBuffer(size_t(2 * L * 4));
+  r->plan_.activation_bytes = T * H * 4 + T * H * 2 * 2 + T * QKV * 2 + T * QD * 2 * 2 +
+                              T * I * 2 * 3 + L * H * 2 + L * config.vocab_size * 4;
+  r->plan_.workspace_bytes = int64_t(r->gemm_->workspace_bytes());
+
+  // KV pool: what is asked, or what utilization leaves after everything else.
+  const int64_t page_bytes = int64_t(r->page_size_) * config.num_kv_heads * config.head_dim * 2;
+  const int64_t per_page = 2 * config.num_layers * page_bytes;
+  int64_t pages = opts.num_pages;
+  if (pages <= 0) {
+    TANDEM_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    const int64_t budget = int64_t(double(total_b) * opts.gpu_memory_utilization) -
+                           (int64_t(total_b) - int64_t(free_b)) - kActivationSlack;
+    pages = budget / per_page;
+    if (pages < 1) {
+      return make_error(ErrorCode::kOutOfPages,
+                        "gpu_memory_utilization " + std::to_string(opts.gpu_memory_utilization) +
+                            " leaves no room for KV pages after weights and activations");
+    }
+  }
+  r->num_pages_ = int32_t(pages);
+  r->k_cache_ = DeviceBuffer(size_t(pages * config.num_layers * page_bytes));
+  r->v_cache_ = DeviceBuffer(size_t(pages * config.num_layers * page_bytes));
+  r->plan_.kv_bytes = 2 * pages * config.num_layers * page_bytes;
+
+  // Metadata sections.
+  r->max_page_refs_ = std::max<int32_t>(r->num_pages_ + r->max_seqs_, 1024);
+  int32_t off = 0;
+  auto section = [&](int32_t& o, int32_t n) {
+    o = off;
+    off += (n + 31) / 32 * 32;  // 128-byte aligned sections
+  };
+  section(r->off_tokens_, r->max_tokens_);
+  section(r->off_positions_, r->max_tokens_);
+  section(r->off_slots_, r->max_tokens_);
+  section(r->off_token_seq_, r->max_tokens_);
+  section(r->off_logit_rows_, r->max_logits_);
+  r->max_tiles_ = r->max_tokens_ / kernels::kPrefillQueryTile + r->max_seqs_;
+  section(r->off_tile_start_, r->max_tiles_);
+  section(r->off_tile_len_, r->max_tiles_);
+  section(r->off_seq_page_start_, r->max_seqs_);
+  section(r->off_page_ids_, r->max_page_refs_);
+  r->meta_host_ = PinnedBuffer(size_t(off) * 4);
+  r->meta_dev_ = DeviceBuffer(size_t(off) * 4);
+
+  TANDEM_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  r->plan_.device_free_bytes = int64_t(free_b);
+  std::fprintf(stderr,
+               "cuda:%d memory plan: weights %.2f GB, KV %.2f GB (%d pages of %d tokens), "
+               "activations %.2f GB, workspace %.0f MB, free %.2f of %.2f GB\n",
+               device, double(r->plan_.weights_bytes) / 1e9, double(r->plan_.kv_bytes) / 1e9,
+               r->num_pages_, r->page_size_, double(r->plan_.activation_bytes) / 1e9,
+               double(r->plan_.workspace_bytes) / 1e6, double(free_b) / 1e9, double(total_b) / 1e9);
+  return r;
+}
+
+CudaRunner::~CudaRunner() {
+  for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
+  if (stream_ != nullptr) {
+    cudaStreamSynchronize(stream_);
+    cudaStreamDestroy(stream_);
+  }
+}
+
+void CudaRunner::linear(const __nv_bfloat16* x, const __nv_bfloat16* w, int32_t m, int32_t n,
+                        int32_t k, void* y, bool out_f32) {
+  if (m <= kernels::kGemvMaxTokens) {
+    kernels::launch_gemv(x, w, m, n, k, y, out_f32, stream_);
+  } else {
+    gemm_->run(x, w, m, n, k, y, out_f32, stream_);
+  }
+}
+
+void CudaRunner::forward(const ForwardBatch& batch) {
+  const int32_t T = int32_t(batch.tokens.size());
+  const int32_t S = int32_t(batch.seqs.size());
+  const int32_t L = int32_t(batch.logit_rows.size());
+  TANDEM_CHECK(T <= max_tokens_ && S <= max_seqs_ && L <= max_logits_,
+               "batch of %d tokens / %d seqs / %d logits over the runner's %d / %d / %d", T, S, L,
+               max_tokens_, max_seqs_, max_logits_);
+  int32_t* m = meta_host_.as<int32_t>();
+  bool decode_only = T == S;
+  int32_t refs = 0;
+  for (int32_t s = 0; s < S; ++s) {
+    const SeqSlice& q = batch.seqs[size_t(s)];
+    TANDEM_CHECK(q.q_len >= 0 && q.q_len <= q.context_len && q.q_start + q.q_len <= T);
+    TANDEM_CHECK(int64_t(q.pages.size()) * page_size_ >= q.context_len,
+                 "sequence %d: %zu pages for %d tokens", s, q.pages.size(), q.context_len);
+    decode_only = decode_only && q.q_len == 1;
+    const int32_t npages = (q.context_len + page_size_ - 1) / page_size_;
+    TANDEM_CHECK(refs + npages <= max_page_refs_);
+    m[off_seq_page_start_ + s] = refs;
+    for (int32_t p = 0; p < npages; ++p) {
+      TANDEM_CHECK(q.pages[size_t(p)] >= 0 && q.pages[size_t(p)] < num_pages_);
+      m[off_page_ids_ + refs + p] = q.pages[size_t(p)];
+    }
+    refs += npages;
+    for (int32_t i = 0; i < q.q_len; ++i) {
+      const int32_t t = q.q_start + i;
+      const int32_t pos = q.context_len - q.q_len + i;
+      m[off_positions_ + t] = pos;
+      m[off_slots_ + t] = q.pages[size_t(pos / page_size_)] * page_size_ + pos % page_size_;
+      m[off_token_seq_ + t] = s;
+    }
+  }
+  for (int32_t t = 0; t < T; ++t) {
+    const int32_t id = batch.tokens[size_t(t)];
+    TANDEM_CHECK(id >= 0 && id < config_.vocab_size, "token id %d out of range", id);
+    m[off_tokens_ + t] = id;
+  }
+  for (int32_t i = 0; i < L; ++i) {
+    TANDEM_CHECK(batch.logit_rows[size_t(i)] >= 0 && batch.logit_rows[size_t(i)] < T);
+    m[off_logit_rows_ + i] = batch.logit_rows[size_t(i)];
+  }
+  // Chunks of more than one token use the tensor-core prefill kernel over planned query tiles.
+  num_tiles_ = 0;
+  if (!decode_only && config_.head_dim % 16 == 0 && config_.head_dim <= 128) {
+    for (const SeqSlice& q : batch.seqs) {
+      for (int32_t i = 0; i < q.q_len; i += kernels::kPrefillQueryTile) {
+        m[off_tile_start_ + num_tiles_] = q.q_start + i;
+        m[off_tile_len_ + num_tiles_] = std::min(kernels::kPrefillQueryTile, q.q_len - i);
+        ++num_tiles_;
+      }
+    }
+    TANDEM_CHECK(num_tiles_ <= max_tiles_);
+  }
+  // Decode batches with enough (token, KV head) pairs to fill the GPU take the GQA kernel (K/V
+  // read once per KV head), keys split so the grid fills it twice over, no slice shorter than a
+  // 128-key tile. Small batches keep the per-query-head kernel: measured on the H200 at batch 1
+  // (Qwen2.5-7B, 4 KV heads) the GQA kernel's 4-8 blocks cost 0.8 ms a step (NOTES.md v4).
+  decode_splits_ = 0;
+  if (decode_only && config_.num_heads / config_.num_kv_heads <= kernels::kDecodeMaxGroup &&
+      int64_t(T) * config_.num_kv_heads >= num_sms_) {
+    int32_t max_ctx = 1;
+    for (const SeqSlice& q : batch.seqs) max_ctx = std::max(max_ctx, q.context_len);
+    const int64_t blocks = std::max<int64_t>(1, int64_t(T) * config_.num_kv_heads);
+    int64_t splits = (2 * num_sms_ + blocks - 1) / blocks;
+    splits = std::min<int64_t>(splits, (max_ctx + 127) / 128);
+    splits = std::min<int64_t>(splits, kDecodeSplitRows / std::max(T, 1));
+    decode_splits_ = int32_t(std::clamp<int64_t>(splits, 1, kernels::kDecodeMaxSplits));
+  }
+  const size_t meta_bytes = size_t(off_page_ids_ + refs) * 4;
+  TANDEM_CUDA_CHECK(
+      cudaMemcpyAsync(meta_dev_.as<int32_t>(), m, meta_bytes, cudaMemcpyHostToDevice, stream_));
+  num_logits_ = L;
+  if (T == 0) return;
+
+  if (use_graphs_ && decode_only && T <= kMaxGraphBatch) {
+    const auto key = std::make_tuple(T, L, decode_splits_);
+    auto it = graphs_.find(key);
+    if (it == graphs_.end()) {
+      cudaGraph_t graph = nullptr;
+      TANDEM_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+      run_model(T, L);
+      TANDEM_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+      cudaGraphExec_t exec = nullptr;
+      TANDEM_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+      TANDEM_CUDA_CHECK(cudaGraphDestroy(graph));
+      it = graphs_.emplace(key, exec).first;
+    }
+    TANDEM_CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
+  } else {
+    run_model(T, L);
+  }
+}
+
+void CudaRunner::run_model(int32_t T, int32_t L) {
+  const ModelConfig& c = config_;
+  const int32_t H = int32_t(c.hidden_size), I = int32_t(c.intermediate_size);
+  const int32_t D = int32_t(c.head_dim), NH = int32_t(c.num_heads), KVH = int32_t(c.num_kv_heads);
+  const int32_t QKV = (NH + 2 * KVH) * D;
+  const float eps = float(c.rms_norm_eps);
+  const int32_t* meta = meta_dev_.as<int32_t>();
+  const int64_t layer_kv = int64_t(num_pages_) * KVH * page_size_ * D;  // elements
+  auto* normed = normed_.as<__nv_bfloat16>();
+  auto* delta = delta_.as<__nv_bfloat16>();
+  float* residual = residual_.as<float>();
+
+  kernels::launch_gather_rows_to_f32(weights_.embed.as<__nv_bfloat16>(), meta + off_tokens_, T, H,
+                                     residual, stream_);
+  for (int32_t li = 0; li < int32_t(c.num_layers); ++li) {
+    const DeviceLayer& w = weights_.layers[size_t(li)];
+    // The previous layer's MLP output joins the residual here.
+    kernels::launch_add_rmsnorm(residual, li == 0 ? nullptr : delta, w.input_norm.as<float>(), T, H,
+                                eps, normed, stream_);
+    linear(normed, w.qkv.as<__nv_bfloat16>(), T, QKV, H, qkv_.ptr(), false);
+    __nv_bfloat16* kc = k_cache_.as<__nv_bfloat16>() + li * layer_kv;
+    __nv_bfloat16* vc = v_cache_.as<__nv_bfloat16>() + li * layer_kv;
+    kernels::launch_rope_kv_write(
+        qkv_.as<__nv_bfloat16>(), w.qkv_bias.bytes() > 0 ? w.qkv_bias.as<float>() : nullptr,
+        meta + off_positions_, meta + off_slots_, inv_freq_.as<float>(),
+        kernels::RopeKvShape{T, NH, KVH, D, page_size_}, q_.as<__nv_bfloat16>(), kc, vc, stream_);
+    const kernels::PagedAttentionShape attn_shape{T, NH,         KVH,
+                                                  D, page_size_, 1.0f / std::sqrt(float(D))};
+    if (num_tiles_ > 0) {
+      kernels::launch_prefill_attention(
+          q_.as<__nv_bfloat16>(), kc, vc, meta + off_tile_start_, meta + off_tile_len_, num_tiles_,
+          meta + off_token_seq_, meta + off_positions_, meta + off_seq_page_start_,
+          meta + off_page_ids_, attn_shape, attn_.as<__nv_bfloat16>(), stream_);
+    } else if (decode_splits_ > 0) {
+      kernels::launch_decode_attention(
+          q_.as<__nv_bfloat16>(), kc, vc, meta + off_token_seq_, meta + off_positions_,
+          meta + off_seq_page_start_, meta + off_page_ids_, attn_shape, decode_splits_,
+          attn_partials_.as<float>(), attn_.as<__nv_bfloat16>(), stream_);
+    } else {
+      kernels::launch_paged_attention(q_.as<__nv_bfloat16>(), kc, vc, meta + off_token_seq_,
+                                      meta + off_positions_, meta + off_seq_page_start_,
+                                      meta + off_page_ids_, attn_shape, attn_.as<__nv_bfloat16>(),
+                                      stream_);
+    }
+    linear(attn_.as<__nv_bfloat16>(), w.o.as<__nv_bfloat16>(), T, H, NH * D, delta, false);
+    kernels::launch_add_rmsnorm(residual, delta, w.post_attn_norm.as<float>(), T, H, eps, normed,
+                                stream_);
+    linear(normed, w.gate_up.as<__nv_bfloat16>(), T, 2 * I, H, gate_up_.ptr(), false);
+    kernels::launch_silu_mul(gate_up_.as<__nv_bfloat16>(), T, I, act_.as<__nv_bfloat16>(), stream_);
+    linear(act_.as<__nv_bfloat16>(), w.down.as<__nv_bfloat16>(), T, H, I, delta, false);
+  }
+  kernels::launch_add_rmsnorm(residual, delta, weights_.final_norm.as<float>(), T, H, eps, normed,
+                              stream_);
+  if (L == 0) return;
+  kernels::launch_gather_rows_bf16(normed, meta + off_logit_rows_, L, H,
+                                   picked_.as<__nv_bfloat16>(), stream_);
+  linear(picked_.as<__nv_bfloat16>(), weights_.lm_head(), L, int32_t(c.vocab_size), H,
+         logits_.ptr(), true);
+}
+
+void CudaRunner::sample(std::span<const SampleRequest> requests, std::span<int32_t> out_tokens) {
+  TANDEM_CHECK(out_tokens.size() >= requests.size());
+  const int64_t V = config_.vocab_size;
+  const int32_t valid = std::min<int32_t>(valid_vocab_, int32_t(V));
+  // Plain greedy rows (no penalties, nothing suppressed) take the argmax on the device and only
+  // the ids cross PCIe; everything else copies its row and runs the reference sampler.
+  int32_t* rows_host = sample_host_.as<int32_t>();
+  int32_t* ids_host = rows_host + max_logits_;
+  std::vector<size_t> greedy;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const SampleRequest& r = requests[i];
+    TANDEM_CHECK(r.logit_index >= 0 && r.logit_index < num_logits_ && r.params != nullptr);
+    const ResolvedSampling& p = *r.params;
+    if (p.greedy() && p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f &&
+        p.frequency_penalty == 0.0f && r.suppress.empty()) {
+      rows_host[greedy.size()] = r.logit_index;
+      greedy.push_back(i);
+    }
+  }
+  if (!greedy.empty()) {
+    const int32_t n = int32_t(greedy.size());
+    TANDEM_CUDA_CHECK(cudaMemcpyAsync(sample_rows_.ptr(), rows_host, size_t(n) * 4,
+                                      cudaMemcpyHostToDevice, stream_));
+    kernels::launch_argmax_rows(logits_.as<float>(), sample_rows_.as<int32_t>(), n, int32_t(V),
+                                valid, sampled_.as<int32_t>(), stream_);
+    TANDEM_CUDA_CHECK(
+        cudaMemcpyAsync(ids_host, sampled_.ptr(), size_t(n) * 4, cudaMemcpyDeviceToHost, stream_));
+  }
+  std::vector<float> row;
+  size_t g = 0;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    if (g < greedy.size() && greedy[g] == i) {
+      ++g;
+      continue;
+    }
+    const SampleRequest& r = requests[i];
+    row.resize(size_t(V));
+    TANDEM_CUDA_CHECK(cudaMemcpyAsync(row.data(), logits_.as<float>() + r.logit_index * V,
+                                      size_t(V) * 4, cudaMemcpyDeviceToHost, stream_));
+    TANDEM_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    apply_logits_processors(row, *r.params, r.history, r.suppress, valid);
+    TANDEM_CHECK(r.rng != nullptr || r.params->greedy());
+    SamplingRng greedy_rng;
+    out_tokens[i] = sample_token(row, *r.params, r.rng != nullptr ? *r.rng : greedy_rng);
+  }
+  TANDEM_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  for (size_t j = 0; j < greedy.size(); ++j) out_tokens[greedy[j]] = ids_host[j];
+}
+
+void CudaRunner::copy_logits(std::span<float> out) {
+  const size_t n = size_t(num_logits_) * size_t(config_.vocab_size);
+  TANDEM_CHECK(out.size() >= n);
+  TANDEM_CUDA_CHECK(
+      cudaMemcpyAsync(out.data(), logits_.ptr(), n * 4, cudaMemcpyDeviceToHost, stream_));
+  TANDEM_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+KvPoolView CudaRunner::kv_pool_view() {
+  KvPoolView v;
+  const size_t page_bytes =
+      size_t(page_size_) * size_t(config_.num_kv_heads) * size_t(config_.head_dim) * 2;
+  for (int64_t l = 0; l < config_.num_layers; ++l) {
+    v.k.push_back(k_cache_.as<std::byte>() + l * int64_t(num_pages_) * int64_t(page_bytes));
+    v.v.push_back(v_cache_.as<std::byte>() + l * int64_t(num_pages_) * int64_t(page_bytes));
+  }
+  v.page_bytes = page_bytes;
+  v.num_pages = num_pages_;
+  v.device = device_;
+  return v;
+}
+
+Result<std::unique_ptr<ModelRunner>> make_cuda_runner(const ModelDir& model,
+                                                      const RunnerOptions& opts) {
+  Result<std::unique_ptr<CudaRunner>> r = CudaRunner::create(model.config, model.tensors, opts);
+  if (!r.ok()) return r.error();
+  return std::unique_ptr<ModelRunner>(std::move(r).value());
+}
+
+}  // namespace tandem

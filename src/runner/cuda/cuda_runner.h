@@ -1,0 +1,108 @@
+// The model on one GPU. forward() plans on the host (token positions, KV slots, page tables into
+// one pinned buffer, one copy), then runs the kernels on the runner's stream; decode batches
+// (one token per sequence) replay a CUDA graph captured per batch size, so a step costs one
+// copy and one graph launch. Activations live in fixed buffers sized for max_batch_tokens.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <map>
+#include <memory>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "kernels/gemm.cuh"
+#include "runner/cuda/device_buffer.h"
+#include "runner/cuda/device_weights.h"
+#include "runner/runner.h"
+
+namespace tandem {
+
+class CudaRunner final : public ModelRunner {
+ public:
+  // Builds from resolved weights (load_model_dir's, or a test's in-memory ones).
+  static Result<std::unique_ptr<CudaRunner>> create(const ModelConfig& config,
+                                                    const ModelWeights& weights,
+                                                    const RunnerOptions& opts);
+  ~CudaRunner() override;
+
+  const ModelConfig& config() const override { return config_; }
+  std::string device() const override { return "cuda:" + std::to_string(device_); }
+  int32_t page_size() const override { return page_size_; }
+  int32_t num_pages() const override { return num_pages_; }
+  void set_valid_vocab(int32_t valid_vocab) override { valid_vocab_ = valid_vocab; }
+  MemoryPlan memory_plan() const override { return plan_; }
+
+  void forward(const ForwardBatch& batch) override;
+  void sample(std::span<const SampleRequest> requests, std::span<int32_t> out_tokens) override;
+  void copy_logits(std::span<float> out) override;
+  KvPoolView kv_pool_view() override;
+
+  // Graph replay on or off (benchmarks compare the two; tests run both).
+  void set_use_graphs(bool on) { use_graphs_ = on; }
+  cudaStream_t stream() const { return stream_; }
+
+ private:
+  CudaRunner() = default;
+  // The device work of one forward, reading the metadata already on the device.
+  void run_model(int32_t num_tokens, int32_t num_logits);
+  void linear(const __nv_bfloat16* x, const __nv_bfloat16* w, int32_t m, int32_t n, int32_t k,
+              void* y, bool out_f32);
+
+  ModelConfig config_;
+  int device_ = 0;
+  int32_t page_size_ = 16;
+  int32_t num_pages_ = 0;
+  int32_t valid_vocab_ = 0;
+  int32_t max_tokens_ = 0;
+  int32_t max_seqs_ = 0;
+  int32_t max_logits_ = 0;
+  int32_t max_page_refs_ = 0;
+  bool use_graphs_ = true;
+  MemoryPlan plan_;
+
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<kernels::GemmContext> gemm_;
+  DeviceWeights weights_;
+  DeviceBuffer inv_freq_;  // [head_dim / 2] fp32
+  DeviceBuffer k_cache_;   // [layers][num_pages][KVH][page_size][D] bf16
+  DeviceBuffer v_cache_;
+
+  // Metadata, int32 sections at fixed offsets (so graphs see fixed pointers):
+  // tokens, positions, slots, token_seq [max_tokens each]; logit_rows [max_logits];
+  // tile_start, tile_len [max_tiles]; seq_page_start [max_seqs]; page_ids [max_page_refs]
+  // (last, so one copy of a prefix carries a batch).
+  PinnedBuffer meta_host_;
+  DeviceBuffer meta_dev_;
+  int32_t off_tokens_ = 0, off_positions_ = 0, off_slots_ = 0, off_token_seq_ = 0;
+  int32_t off_logit_rows_ = 0, off_seq_page_start_ = 0, off_page_ids_ = 0;
+  // Prefill query tiles (launch_prefill_attention): start token and length of each.
+  int32_t off_tile_start_ = 0, off_tile_len_ = 0, max_tiles_ = 0;
+  int32_t num_tiles_ = 0;      // of the current forward; 0 = decode kernel
+  int32_t decode_splits_ = 0;  // of the current forward; 0 = not a decode batch
+  int32_t num_sms_ = 1;
+
+  // Activations.
+  DeviceBuffer residual_;       // [max_tokens, hidden] fp32
+  DeviceBuffer normed_;         // [max_tokens, hidden] bf16
+  DeviceBuffer qkv_;            // [max_tokens, (H + 2*KVH) * D] bf16
+  DeviceBuffer q_;              // [max_tokens, H * D] bf16
+  DeviceBuffer attn_;           // [max_tokens, H * D] bf16
+  DeviceBuffer delta_;          // [max_tokens, hidden] bf16
+  DeviceBuffer gate_up_;        // [max_tokens, 2 * intermediate] bf16
+  DeviceBuffer act_;            // [max_tokens, intermediate] bf16
+  DeviceBuffer picked_;         // [max_logits, hidden] bf16
+  DeviceBuffer logits_;         // [max_logits, vocab] fp32
+  DeviceBuffer attn_partials_;  // [kDecodeSplitRows, H, D + 2] fp32: split-K decode states
+  DeviceBuffer sample_rows_;    // [max_logits] int32
+  DeviceBuffer sampled_;        // [max_logits] int32
+  PinnedBuffer sample_host_;    // [2 * max_logits] int32: rows in, tokens out
+  int32_t num_logits_ = 0;
+
+  std::map<std::tuple<int32_t, int32_t, int32_t>, cudaGraphExec_t> graphs_;  // tokens, logits,
+                                                                             // splits
+};
+
+}  // namespace tandem

@@ -1,0 +1,224 @@
+// RoPE + KV page write, then paged causal attention, against a CPU loop over the same pages.
+// Earlier context is random K/V already in the pages; the chunk's K/V come from rope_kv.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "gpu_test_util.h"
+#include "kernels/decode_attention.cuh"
+#include "kernels/paged_attention.cuh"
+#include "kernels/prefill_attention.cuh"
+#include "kernels/rope_kv.cuh"
+
+using namespace tandem;
+using namespace tandem::gpu_test;
+
+namespace {
+
+struct Case {
+  int heads, kv_heads, dim, page_size;
+  std::vector<std::pair<int, int>> seqs;  // (q_len, context_len)
+};
+
+void run_case(const Case& c) {
+  const int H = c.heads, KVH = c.kv_heads, D = c.dim, P = c.page_size;
+  const int S = int(c.seqs.size());
+  int T = 0, total_pages = 0;
+  for (auto [q, ctx] : c.seqs) T += q, total_pages += (ctx + P - 1) / P;
+  const int num_pages = total_pages + 3;
+  // Pages handed out in a scrambled order, as a real pool does.
+  std::vector<int32_t> perm(static_cast<size_t>(num_pages));
+  std::iota(perm.begin(), perm.end(), 0);
+  std::mt19937 g(uint32_t(T * 31 + P));
+  std::shuffle(perm.begin(), perm.end(), g);
+
+  std::vector<int32_t> page_ids, seq_page_start, token_seq, positions, slots;
+  int used = 0;
+  for (int s = 0; s < S; ++s) {
+    auto [q, ctx] = c.seqs[size_t(s)];
+    seq_page_start.push_back(int32_t(page_ids.size()));
+    for (int p = 0; p < (ctx + P - 1) / P; ++p) page_ids.push_back(perm[size_t(used++)]);
+    for (int i = 0; i < q; ++i) {
+      const int pos = ctx - q + i;
+      token_seq.push_back(s);
+      positions.push_back(pos);
+      slots.push_back(page_ids[size_t(seq_page_start[size_t(s)] + pos / P)] * P + pos % P);
+    }
+  }
+  const int W = (H + 2 * KVH) * D;
+  const size_t cache_n = size_t(num_pages) * KVH * P * D;
+  auto qkv = random_bf16(size_t(T) * W, uint32_t(7 + T + D), 1.0f);
+  auto bias = random_f32(size_t(W), 3u, -0.5f, 0.5f);
+  auto kc = random_bf16(cache_n, 19u + uint32_t(D), 1.0f);
+  auto vc = random_bf16(cache_n, 37u + uint32_t(D), 1.0f);
+  std::vector<float> inv(static_cast<size_t>(D / 2));
+  for (int i = 0; i < D / 2; ++i) inv[size_t(i)] = 1.0f / std::pow(10000.0f, float(2 * i) / D);
+
+  // Reference: rope on the host, K/V written into host pages (bf16-rounded like the device).
+  std::vector<float> qref(size_t(T) * H * D);
+  std::vector<float> kref = to_f32(kc), vref = to_f32(vc);
+  auto idx = [&](int64_t page, int h, int off, int d) {
+    return size_t(((page * KVH + h) * P + off) * D + d);
+  };
+  auto rnd = [](float x) { return bf16_to_f32(f32_to_bf16(x)); };
+  for (int t = 0; t < T; ++t) {
+    const int pos = positions[size_t(t)];
+    const int64_t page = slots[size_t(t)] / P;
+    const int off = slots[size_t(t)] % P;
+    auto in = [&](int col) { return bf16_to_f32(qkv[size_t(t) * W + col]) + bias[size_t(col)]; };
+    for (int h = 0; h < H + KVH; ++h)
+      for (int i = 0; i < D / 2; ++i) {
+        const double a = double(float(pos) * inv[size_t(i)]);
+        const double x1 = in(h * D + i), x2 = in(h * D + i + D / 2);
+        const float y1 = float(x1 * std::cos(a) - x2 * std::sin(a));
+        const float y2 = float(x2 * std::cos(a) + x1 * std::sin(a));
+        if (h < H) {
+          qref[(size_t(t) * H + h) * D + i] = rnd(y1);
+          qref[(size_t(t) * H + h) * D + i + D / 2] = rnd(y2);
+        } else {
+          kref[idx(page, h - H, off, i)] = rnd(y1);
+          kref[idx(page, h - H, off, i + D / 2)] = rnd(y2);
+        }
+      }
+    for (int h = 0; h < KVH; ++h)
+      for (int d = 0; d < D; ++d) vref[idx(page, h, off, d)] = rnd(in((H + KVH) * D + h * D + d));
+  }
+  std::vector<double> oref(size_t(T) * H * D);
+  const double scale = 1.0 / std::sqrt(double(D));
+  for (int t = 0; t < T; ++t) {
+    const int s = token_seq[size_t(t)], nkeys = positions[size_t(t)] + 1;
+    for (int h = 0; h < H; ++h) {
+      const int kvh = h / (H / KVH);
+      std::vector<double> sc(static_cast<size_t>(nkeys));
+      double mx = -INFINITY;
+      for (int j = 0; j < nkeys; ++j) {
+        const int64_t page = page_ids[size_t(seq_page_start[size_t(s)] + j / P)];
+        double dot = 0;
+        for (int d = 0; d < D; ++d)
+          dot += double(qref[(size_t(t) * H + h) * D + d]) * kref[idx(page, kvh, j % P, d)];
+        sc[size_t(j)] = dot * scale;
+        mx = std::max(mx, sc[size_t(j)]);
+      }
+      double sum = 0;
+      for (auto& v : sc) sum += (v = std::exp(v - mx));
+      for (int j = 0; j < nkeys; ++j) {
+        const int64_t page = page_ids[size_t(seq_page_start[size_t(s)] + j / P)];
+        for (int d = 0; d < D; ++d)
+          oref[(size_t(t) * H + h) * D + d] += sc[size_t(j)] / sum * vref[idx(page, kvh, j % P, d)];
+      }
+    }
+  }
+
+  Dev<__nv_bfloat16> dqkv(qkv), dk(kc), dv(vc), dq(size_t(T) * H * D), dout(size_t(T) * H * D);
+  Dev<float> dbias(bias), dinv(inv);
+  Dev<int32_t> dpos(positions), dslots(slots), dseq(token_seq), dstart(seq_page_start),
+      dpages(page_ids);
+  auto run = [&] {
+    TANDEM_CUDA_CHECK(cudaMemcpy(dk.p, kc.data(), cache_n * 2, cudaMemcpyHostToDevice));
+    TANDEM_CUDA_CHECK(cudaMemcpy(dv.p, vc.data(), cache_n * 2, cudaMemcpyHostToDevice));
+    dq.poison();
+    dout.poison();
+    kernels::launch_rope_kv_write(dqkv.p, dbias.p, dpos.p, dslots.p, dinv.p,
+                                  kernels::RopeKvShape{T, H, KVH, D, P}, dq.p, dk.p, dv.p, nullptr);
+    kernels::launch_paged_attention(dq.p, dk.p, dv.p, dseq.p, dpos.p, dstart.p, dpages.p,
+                                    kernels::PagedAttentionShape{T, H, KVH, D, P, float(scale)},
+                                    dout.p, nullptr);
+    return to_f32(dout.get<uint16_t>());
+  };
+  const auto out = run();
+  std::vector<double> qref_d(qref.begin(), qref.end()), kref_d(kref.begin(), kref.end());
+  CHECK(rel_error(to_f32(dq.get<uint16_t>()), qref_d) < 5e-3);
+  CHECK(rel_error(to_f32(dk.get<uint16_t>()), kref_d) < 5e-3);
+  CHECK(rel_error(out, oref) < 1e-2);
+  const auto again = run();
+  CHECK(same_bits(out.data(), again.data(), out.size() * 4));
+
+  // The split-K GQA decode kernel (it is causal by position, so any chunk works).
+  if (H / KVH <= kernels::kDecodeMaxGroup) {
+    Dev<float> partials(size_t(T) * H * kernels::kDecodeMaxSplits * (D + 2));
+    for (int splits : {1, 3, kernels::kDecodeMaxSplits}) {
+      CAPTURE(splits);
+      auto run_decode = [&] {
+        TANDEM_CUDA_CHECK(cudaMemcpy(dk.p, kc.data(), cache_n * 2, cudaMemcpyHostToDevice));
+        TANDEM_CUDA_CHECK(cudaMemcpy(dv.p, vc.data(), cache_n * 2, cudaMemcpyHostToDevice));
+        dq.poison();
+        dout.poison();
+        partials.poison();
+        kernels::launch_rope_kv_write(dqkv.p, dbias.p, dpos.p, dslots.p, dinv.p,
+                                      kernels::RopeKvShape{T, H, KVH, D, P}, dq.p, dk.p, dv.p,
+                                      nullptr);
+        kernels::launch_decode_attention(
+            dq.p, dk.p, dv.p, dseq.p, dpos.p, dstart.p, dpages.p,
+            kernels::PagedAttentionShape{T, H, KVH, D, P, float(scale)}, splits, partials.p, dout.p,
+            nullptr);
+        return to_f32(dout.get<uint16_t>());
+      };
+      const auto dout1 = run_decode();
+      CHECK(rel_error(dout1, oref) < 1e-2);
+      const auto dout2 = run_decode();
+      CHECK(same_bits(dout1.data(), dout2.data(), dout1.size() * 4));
+    }
+  }
+
+  // The tensor-core prefill kernel, over query tiles planned as the runner plans them.
+  if (D % 16 == 0 && D <= 128) {
+    std::vector<int32_t> tile_start, tile_len;
+    int q_start = 0;
+    for (auto [q, ctx] : c.seqs) {
+      for (int i = 0; i < q; i += kernels::kPrefillQueryTile) {
+        tile_start.push_back(q_start + i);
+        tile_len.push_back(std::min(kernels::kPrefillQueryTile, q - i));
+      }
+      q_start += q;
+    }
+    Dev<int32_t> dts(tile_start), dtl(tile_len);
+    auto run_prefill = [&] {
+      TANDEM_CUDA_CHECK(cudaMemcpy(dk.p, kc.data(), cache_n * 2, cudaMemcpyHostToDevice));
+      TANDEM_CUDA_CHECK(cudaMemcpy(dv.p, vc.data(), cache_n * 2, cudaMemcpyHostToDevice));
+      dq.poison();
+      dout.poison();
+      kernels::launch_rope_kv_write(dqkv.p, dbias.p, dpos.p, dslots.p, dinv.p,
+                                    kernels::RopeKvShape{T, H, KVH, D, P}, dq.p, dk.p, dv.p,
+                                    nullptr);
+      kernels::launch_prefill_attention(
+          dq.p, dk.p, dv.p, dts.p, dtl.p, int32_t(tile_start.size()), dseq.p, dpos.p, dstart.p,
+          dpages.p, kernels::PagedAttentionShape{T, H, KVH, D, P, float(scale)}, dout.p, nullptr);
+      return to_f32(dout.get<uint16_t>());
+    };
+    const auto pout = run_prefill();
+    CHECK(rel_error(pout, oref) < 1e-2);
+    const auto pagain = run_prefill();
+    CHECK(same_bits(pout.data(), pagain.data(), pout.size() * 4));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("rope_kv + paged attention: GQA 1/4/7, page sizes 1 and 16, chunks straddling pages") {
+  // (q_len, context_len): decode tokens, a first chunk, a later chunk after earlier pages.
+  const std::vector<std::pair<int, int>> mix = {{1, 1}, {5, 5}, {13, 40}, {1, 200}};
+  for (int page_size : {1, 16}) {
+    for (auto [h, kvh] : {std::pair{4, 4}, std::pair{8, 2}, std::pair{7, 1}}) {
+      for (int dim : {64, 128}) {
+        CAPTURE(page_size);
+        CAPTURE(h);
+        CAPTURE(kvh);
+        CAPTURE(dim);
+        run_case(Case{h, kvh, dim, page_size, mix});
+      }
+    }
+  }
+  SUBCASE("batch of 17 decode tokens, long contexts") {
+    std::vector<std::pair<int, int>> seqs;
+    for (int i = 0; i < 17; ++i) seqs.push_back({1, 17 + 61 * i});
+    run_case(Case{28, 4, 128, 16, seqs});
+  }
+  SUBCASE("3 sequences, chunk of 130 tokens crossing tiles") {
+    run_case(Case{14, 2, 64, 16, {{130, 300}, {3, 3}, {1, 129}}});
+  }
+  SUBCASE("whole prompts of 200, 64 and 65 tokens, GQA 7, page size 1") {
+    run_case(Case{7, 1, 128, 1, {{200, 200}, {64, 64}, {65, 70}}});
+  }
+}

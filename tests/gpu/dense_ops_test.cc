@@ -1,0 +1,173 @@
+// Row-wise kernels and the GEMMs against plain CPU loops in fp64.
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "gpu_test_util.h"
+#include "kernels/argmax.cuh"
+#include "kernels/embedding.cuh"
+#include "kernels/gemm.cuh"
+#include "kernels/gemv.cuh"
+#include "kernels/rmsnorm.cuh"
+#include "kernels/silu_mul.cuh"
+
+using namespace tandem;
+using namespace tandem::gpu_test;
+
+namespace {
+
+std::vector<double> ref_matmul(const std::vector<float>& x, const std::vector<float>& w, int m,
+                               int n, int k) {
+  std::vector<double> y(size_t(m) * n);
+  for (int t = 0; t < m; ++t)
+    for (int r = 0; r < n; ++r) {
+      double acc = 0;
+      for (int c = 0; c < k; ++c) acc += double(x[size_t(t) * k + c]) * w[size_t(r) * k + c];
+      y[size_t(t) * n + r] = acc;
+    }
+  return y;
+}
+
+}  // namespace
+
+TEST_CASE("gemv and cuBLASLt GEMM match fp64 on awkward shapes, bf16 and fp32 outputs") {
+  kernels::GemmContext ctx;
+  for (int m : {1, 3, 8, 17, 64}) {
+    for (auto [n, k] : {std::pair{100, 264}, std::pair{1027, 72}, std::pair{64, 4096}}) {
+      CAPTURE(m);
+      CAPTURE(n);
+      CAPTURE(k);
+      auto xb = random_bf16(size_t(m) * k, 11u + m + n, 1.0f);
+      auto wb = random_bf16(size_t(n) * k, 29u + n + k, 0.1f);
+      const auto ref = ref_matmul(to_f32(xb), to_f32(wb), m, n, k);
+      Dev<__nv_bfloat16> x(xb), w(wb);
+      for (bool out_f32 : {true, false}) {
+        for (bool use_gemv : {true, false}) {
+          if (use_gemv && m > kernels::kGemvMaxTokens) continue;
+          Dev<float> y32(size_t(m) * n);
+          Dev<__nv_bfloat16> y16(size_t(m) * n);
+          auto run = [&] {
+            y32.poison();
+            y16.poison();
+            void* y = out_f32 ? static_cast<void*>(y32.p) : static_cast<void*>(y16.p);
+            if (use_gemv) {
+              kernels::launch_gemv(x.p, w.p, m, n, k, y, out_f32, nullptr);
+            } else {
+              ctx.run(x.p, w.p, m, n, k, y, out_f32, nullptr);
+            }
+            return out_f32 ? y32.get<float>() : to_f32(y16.get<uint16_t>());
+          };
+          const auto out = run();
+          const double err = rel_error(out, ref);
+          CAPTURE(out_f32);
+          CAPTURE(use_gemv);
+          CHECK(err < (out_f32 ? 1e-5 : 8e-3));
+          const auto again = run();
+          CHECK(same_bits(out.data(), again.data(), out.size() * 4));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("add_rmsnorm: residual add in fp32, normalised bf16 output") {
+  for (auto [rows, width] :
+       {std::pair{1, 64}, std::pair{3, 1000}, std::pair{17, 3584}, std::pair{2, 8192}}) {
+    CAPTURE(rows);
+    CAPTURE(width);
+    const float eps = 1e-6f;
+    auto res = random_f32(size_t(rows) * width, 3u + width, -2.0f, 2.0f);
+    auto delta = random_bf16(size_t(rows) * width, 5u + rows, 1.0f);
+    auto w = random_f32(size_t(width), 7u, 0.5f, 1.5f);
+    for (bool with_delta : {true, false}) {
+      std::vector<double> ref_out(res.size()), ref_res(res.size());
+      for (int r = 0; r < rows; ++r) {
+        double ss = 0;
+        for (int c = 0; c < width; ++c) {
+          const size_t i = size_t(r) * width + c;
+          ref_res[i] = double(res[i]) + (with_delta ? double(bf16_to_f32(delta[i])) : 0.0);
+          ss += ref_res[i] * ref_res[i];
+        }
+        const double inv = 1.0 / std::sqrt(ss / width + eps);
+        for (int c = 0; c < width; ++c) {
+          const size_t i = size_t(r) * width + c;
+          ref_out[i] = ref_res[i] * inv * w[size_t(c)];
+        }
+      }
+      Dev<float> dres(res), dw(w);
+      Dev<__nv_bfloat16> ddelta(delta), dout(res.size());
+      dout.poison();
+      kernels::launch_add_rmsnorm(dres.p, with_delta ? ddelta.p : nullptr, dw.p, rows, width, eps,
+                                  dout.p, nullptr);
+      const auto out = to_f32(dout.get<uint16_t>());
+      CHECK(rel_error(out, ref_out) < 5e-3);
+      CHECK(rel_error(dres.get<float>(), ref_res) < 1e-6);
+      Dev<float> dres2(res);
+      Dev<__nv_bfloat16> dout2(res.size());
+      kernels::launch_add_rmsnorm(dres2.p, with_delta ? ddelta.p : nullptr, dw.p, rows, width, eps,
+                                  dout2.p, nullptr);
+      const auto out2 = to_f32(dout2.get<uint16_t>());
+      CHECK(same_bits(out.data(), out2.data(), out.size() * 4));
+    }
+  }
+}
+
+TEST_CASE("silu_mul") {
+  // 300 takes the scalar kernel, the others the 16-byte one.
+  for (auto [rows, width] :
+       {std::pair{1, 8}, std::pair{3, 300}, std::pair{17, 18944}, std::pair{2, 4864}}) {
+    auto gu = random_bf16(size_t(rows) * 2 * width, 13u + width, 4.0f);
+    std::vector<double> ref(size_t(rows) * width);
+    for (int r = 0; r < rows; ++r)
+      for (int c = 0; c < width; ++c) {
+        const double g = bf16_to_f32(gu[size_t(r) * 2 * width + c]);
+        const double u = bf16_to_f32(gu[size_t(r) * 2 * width + width + c]);
+        ref[size_t(r) * width + c] = g / (1.0 + std::exp(-g)) * u;
+      }
+    Dev<__nv_bfloat16> dgu(gu), dout(ref.size());
+    dout.poison();
+    kernels::launch_silu_mul(dgu.p, rows, width, dout.p, nullptr);
+    CHECK(rel_error(to_f32(dout.get<uint16_t>()), ref) < 5e-3);
+  }
+}
+
+TEST_CASE("row gathers: embeddings to fp32, picked rows in bf16") {
+  const int vocab = 151, width = 72;
+  auto table = random_bf16(size_t(vocab) * width, 17u);
+  std::vector<int32_t> rows = {150, 0, 7, 7, 99};
+  Dev<__nv_bfloat16> dt(table);
+  Dev<int32_t> dr(rows);
+  Dev<float> out(rows.size() * width);
+  Dev<__nv_bfloat16> out16(rows.size() * width);
+  out.poison();
+  out16.poison();
+  kernels::launch_gather_rows_to_f32(dt.p, dr.p, int32_t(rows.size()), width, out.p, nullptr);
+  kernels::launch_gather_rows_bf16(dt.p, dr.p, int32_t(rows.size()), width, out16.p, nullptr);
+  const auto o = out.get<float>();
+  const auto o16 = out16.get<uint16_t>();
+  for (size_t i = 0; i < rows.size(); ++i)
+    for (int c = 0; c < width; ++c) {
+      const uint16_t want = table[size_t(rows[i]) * width + c];
+      CHECK(o[i * width + c] == bf16_to_f32(want));
+      CHECK(o16[i * width + c] == want);
+    }
+}
+
+TEST_CASE("argmax: valid_vocab excludes padded rows; ties go to the lowest id") {
+  const int stride = 1000, valid = 990;
+  auto logits = random_f32(size_t(3) * stride, 23u, -5.0f, 5.0f);
+  logits[0 * stride + 995] = 100.0f;  // padded column: never chosen
+  logits[0 * stride + 17] = 50.0f;
+  logits[1 * stride + 400] = 60.0f;
+  logits[1 * stride + 300] = 60.0f;  // tie: 300 wins
+  logits[2 * stride + 989] = 70.0f;  // last valid column
+  Dev<float> dl(logits);
+  std::vector<int32_t> rows = {2, 0, 1};
+  Dev<int32_t> dr(rows), out(3);
+  out.poison();
+  kernels::launch_argmax_rows(dl.p, dr.p, 3, stride, valid, out.p, nullptr);
+  const auto ids = out.get<int32_t>();
+  CHECK(ids[0] == 989);
+  CHECK(ids[1] == 17);
+  CHECK(ids[2] == 300);
+}

@@ -1,0 +1,69 @@
+// `tandem bench latency --model DIR --input-len N --output-len M --batch-size B [--json]`: the
+// same measurement as vLLM's benchmark_latency (TTFT, TPOT, tok/s) plus achieved weight
+// bandwidth (MBU), on the CPU or a GPU (--device).
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+
+#include "../benchmarks/latency.h"
+#include "commands.h"
+#include "model/model_dir.h"
+#include "runner/runner.h"
+
+namespace tandem::cli {
+
+void register_bench(CLI::App& app, int& exit_code) {
+  auto* bench = app.add_subcommand("bench", "Benchmarks");
+  bench->require_subcommand(1);
+  auto* lat = bench->add_subcommand("latency", "Prefill and decode latency of one batch");
+  struct Flags {
+    std::string model, device = "cuda:0";
+    bench::LatencyOptions opts;
+    int32_t page_size = 16;
+    bool json = false;
+  };
+  auto f = std::make_shared<Flags>();
+  lat->add_option("--model", f->model, "Model directory")->required();
+  lat->add_option("--device", f->device, "cpu or cuda:N")->capture_default_str();
+  lat->add_option("--input-len", f->opts.input_len, "Prompt tokens")->capture_default_str();
+  lat->add_option("--output-len", f->opts.output_len, "Generated tokens per sequence")
+      ->capture_default_str();
+  lat->add_option("--batch-size", f->opts.batch_size, "Sequences decoding together")
+      ->capture_default_str();
+  lat->add_option("--page-size", f->page_size, "KV page size")->capture_default_str();
+  lat->add_flag("--json", f->json, "Print one JSON object");
+  lat->callback([f, &exit_code] {
+    auto fail = [&](const Error& e) {
+      std::fprintf(stderr, "tandem bench latency: %s\n", e.to_string().c_str());
+      exit_code = 1;
+    };
+    auto model = load_model_dir(f->model);
+    if (!model) return fail(model.error());
+    const int32_t per_seq =
+        (f->opts.input_len + f->opts.output_len + f->page_size - 1) / f->page_size;
+    RunnerOptions ro;
+    ro.device = f->device;
+    ro.page_size = f->page_size;
+    ro.num_pages = per_seq * f->opts.batch_size;
+    ro.max_batch_tokens = std::max(f->opts.input_len, f->opts.batch_size);
+    ro.max_seqs = f->opts.batch_size;
+    auto runner = make_runner(*model, ro);
+    if (!runner) return fail(runner.error());
+    // Bytes a decode step reads: every weight once, except the gathered embedding table (which
+    // is read whole when it doubles as the tied lm_head).
+    const ModelConfig& c = model->config;
+    int64_t bytes = int64_t(model->weights.total_bytes());
+    if (!c.tie_word_embeddings)
+      bytes -= c.vocab_size * c.hidden_size * int64_t(dtype_size(c.dtype));
+    auto res = bench::run_latency(**runner, f->opts, bytes);
+    if (!res) return fail(res.error());
+    if (f->json) {
+      std::printf("%s\n", bench::to_json(f->opts, *res, f->model).c_str());
+    } else {
+      std::printf("TTFT %.2f ms, TPOT %.3f ms, %.1f tok/s, %.2f TB/s (MBU %.2f)\n", res->ttft_ms,
+                  res->tpot_ms, res->tok_per_s, res->achieved_tb_per_s, res->mbu);
+    }
+  });
+}
+
+}  // namespace tandem::cli
