@@ -36,7 +36,7 @@ class TandemdModelTest(unittest.TestCase):
     def setUpClass(cls):
         cls.log = open(os.path.join(WORK, "tandemd.log"), "w+")
         cls.daemon = subprocess.Popen(
-            [TANDEMD, "--model", MODEL, "--socket", SOCKET, "--device", "cpu", "--kv-pages", "256",
+            [TANDEMD, "--model", MODEL, "--socket", SOCKET, "--device", "cpu", "--kv-pages", "2048",
              "--threads", "1", "--shutdown-timeout", "5"],
             stdout=cls.log, stderr=subprocess.STDOUT)
         for _ in range(600):
@@ -53,10 +53,12 @@ class TandemdModelTest(unittest.TestCase):
         if cls.daemon.poll() is None:
             cls.daemon.send_signal(signal.SIGTERM)
             cls.daemon.wait(timeout=60)
+        cls.log.close()
 
     def compare(self, *prompt_args):
         common = [*prompt_args, "--max-tokens", 8, "--temperature", 0, "--ignore-eos", "--json"]
-        local = json.loads(tandem("run", "--model", MODEL, "--device", "cpu", *common).stdout)
+        local = json.loads(tandem("run", "--model", MODEL, "--device", "cpu", "--kv-pages", 256,
+                                "--threads", 1, *common).stdout)
         remote = json.loads(tandem("generate", "--socket", SOCKET, *common).stdout)
         self.assertEqual(remote["token_ids"], local["token_ids"])
         self.assertEqual(remote["text"], local["text"])
@@ -79,15 +81,23 @@ class TandemdModelTest(unittest.TestCase):
         self.assertEqual(chat["usage"]["prompt_tokens"], len(rendered["ids"]))
 
     def test_killed_client_frees_pages(self):
+        # Within --kv-pages 2048 x 16 tokens and max_position_embeddings, so the engine admits
+        # it; far more than it generates before the kill.
         victim = subprocess.Popen([TANDEM, "generate", "--socket", SOCKET, "--prompt", "tell me",
-                                   "--max-tokens", "100000", "--ignore-eos"],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                   "--max-tokens", "30000", "--ignore-eos"],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        held = {}
         deadline = time.time() + 60
-        while time.time() < deadline and status()["pools"][0]["used_pages"] == 0:
-            time.sleep(0.05)
-        self.assertGreater(status()["pools"][0]["used_pages"], 0)
+        while time.time() < deadline and victim.poll() is None:
+            held = status()
+            if held["pools"][0]["used_pages"] > 0 and held["running"] == 1:
+                break
+            time.sleep(0.02)
+        self.assertIsNone(victim.poll(), victim.stderr.read() if victim.stderr else "")
+        self.assertGreater(held["pools"][0]["used_pages"], 0)
         victim.kill()
         victim.wait()
+        victim.stderr.close()
         deadline = time.time() + 60
         while time.time() < deadline and status()["pools"][0]["used_pages"] != 0:
             time.sleep(0.05)
