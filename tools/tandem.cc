@@ -12,6 +12,10 @@ int main(int argc, char** argv) {
   tandem::cli::register_run(app, exit_code);
   tandem::cli::register_tokenize(app, exit_code);
   tandem::cli::register_mkmodel(app, exit_code);
+  tandem::cli::register_generate(app, exit_code);
+  tandem::cli::register_chat(app, exit_code);
+  tandem::cli::register_status(app, exit_code);
+  tandem::cli::register_health(app, exit_code);
   tandem::cli::register_bench(app, exit_code);
   CLI11_PARSE(app, argc, argv);
   return exit_code;
