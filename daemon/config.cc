@@ -17,6 +17,8 @@ std::vector<Setting> settings_of(DaemonConfig& c) {
       {"device", &c.device, "cpu or cuda:N for both stages; empty = the stage settings"},
       {"prefill_device", &e.prefill_device, "Device of the prefill stage"},
       {"decode_device", &e.decode_device, "Device of the decode stage"},
+      {"kv_transport", &e.kv_transport,
+       "KV shipping between stages: auto, local, peer, nccl, host_staged"},
       {"kv_pages", &e.kv_pages, "KV pages per pool; 0 = size from free memory"},
       {"page_size", &e.page_size, "Tokens per KV page"},
       {"gpu_memory_utilization", &e.gpu_memory_utilization, "Fraction of GPU memory to use"},

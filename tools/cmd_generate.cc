@@ -15,9 +15,11 @@ void register_generate(CLI::App& app, int& exit_code) {
   auto socket = std::make_shared<std::string>();
   auto flags = std::make_shared<RequestFlags>();
   auto json = std::make_shared<bool>(false);
+  auto timings = std::make_shared<bool>(false);
   add_socket_flag(cmd, *socket);
   add_request_flags(cmd, *flags);
   cmd->add_flag("--json", *json, "Print one JSON object (token_ids, text, finish_reason, timings)");
+  cmd->add_flag("--timings", *timings, "Print the request's per-stage timings as a table");
   cmd->callback([=, &exit_code] {
     auto input = prompt_input(*flags);
     if (!input) return void(exit_code = report_failure("generate", input.error()));
@@ -39,6 +41,8 @@ void register_generate(CLI::App& app, int& exit_code) {
       auto j = result_json(result->ids, result->text, fin);
       j["trace_id"] = result->trace_id;  // for `tandem trace --request`
       std::cout << j.dump() << std::endl;
+    } else if (*timings) {
+      print_timings(fin);
     } else {
       std::fprintf(stderr,
                    "\n-- %d prompt + %d generated tokens, finish: %s, ttft %.2f ms, "

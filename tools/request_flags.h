@@ -43,4 +43,7 @@ SamplingParams sampling_params(const RequestFlags& flags);
 nlohmann::ordered_json result_json(const std::vector<int32_t>& token_ids, const std::string& text,
                                    const FinishEvent& finished);
 
+// The per-stage timings table `run` and `generate --timings` print to stderr.
+void print_timings(const FinishEvent& finished);
+
 }  // namespace tandem::cli
