@@ -413,15 +413,12 @@ void DisaggregatedEngine::start() {
 }
 
 std::string DisaggregatedEngine::metrics_text() const {
-  const EngineStatus s = status();
-  GaugeValues g{s.running, s.waiting, {}};
-  for (const PoolStatus& p : s.pools) g.pools.push_back({p.name, p.used_pages, p.total_pages});
-  return render_prometheus(telemetry_.metrics, g);
+  return telemetry_.metrics_text(status());
 }
 
 std::string DisaggregatedEngine::trace_json(std::optional<uint64_t> request_id,
                                             size_t last_n) const {
-  return chrome_trace_json(telemetry_.traces.snapshot(request_id, last_n));
+  return telemetry_.trace_json(request_id, last_n);
 }
 
 void DisaggregatedEngine::run_until_idle() {

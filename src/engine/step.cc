@@ -98,6 +98,16 @@ void Telemetry::on_finish(Sequence& seq, const FinishEvent& ev) {
   traces.push(std::move(tr));
 }
 
+std::string Telemetry::metrics_text(const EngineStatus& s) {
+  GaugeValues g{s.running, s.waiting, {}};
+  for (const PoolStatus& p : s.pools) g.pools.push_back({p.name, p.used_pages, p.total_pages});
+  return render_prometheus(metrics, g);
+}
+
+std::string Telemetry::trace_json(std::optional<uint64_t> request_id, size_t last_n) const {
+  return chrome_trace_json(traces.snapshot(request_id, last_n));
+}
+
 void commit_step(std::span<const ScheduledSeq> scheduled, BlockTable Sequence::*table) {
   for (const ScheduledSeq& s : scheduled) {
     s.seq->num_computed += s.num_tokens;

@@ -6,6 +6,7 @@
 #include <span>
 #include <vector>
 
+#include "engine/engine.h"
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
 #include "runner/runner.h"
@@ -49,6 +50,8 @@ struct Telemetry {
   EngineMetrics metrics;
   TraceRing traces{256};
   void on_finish(Sequence& seq, const FinishEvent& ev);
+  std::string metrics_text(const EngineStatus& status);
+  std::string trace_json(std::optional<uint64_t> request_id, size_t last_n) const;
 };
 
 // The finish event of a sequence (usage, timings, the text held back until now).
