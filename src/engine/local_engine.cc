@@ -192,6 +192,36 @@ std::string LocalEngine::trace_json(std::optional<uint64_t> request_id, size_t l
   return telemetry_.trace_json(request_id, last_n);
 }
 
+void LocalEngine::run_speculative(std::span<Sequence* const> seqs) {
+  const int64_t t0 = trace_now_ns();
+  std::vector<std::vector<int32_t>> emitted = spec_->step(seqs, pool_, runner_->page_size());
+  const int64_t t1 = trace_now_ns();
+  const auto now = Clock::now();
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    Sequence& seq = *seqs[i];
+    Span span;
+    span.name = "spec_step";
+    span.track = Track::kVerify;
+    span.start_ns = t0;
+    span.dur_ns = t1 - t0;
+    span.index = seq.decode_steps;
+    span.tokens = int32_t(emitted[i].size());
+    span.batch = int32_t(seqs.size());
+    seq.trace.add(span);
+    std::optional<FinishReason> reason;
+    int32_t n = 0;
+    for (int32_t token : emitted[i]) {
+      ++n;
+      if ((reason = emit_token(seq, token, now))) break;
+    }
+    if (reason) {
+      finish(&seq, *reason, std::nullopt);
+    } else {
+      spec_->commit(seq, n, pool_, runner_->page_size());
+    }
+  }
+}
+
 void LocalEngine::run_until_idle() {
   while (true) {
     const bool did = step();

@@ -17,6 +17,20 @@ using namespace tandem;
 
 namespace {
 
+std::string make_tiny(const char* name, uint64_t seed) {
+  std::string d = std::filesystem::temp_directory_path() / name;
+  if (!std::filesystem::exists(d + "/config.json")) {
+    MkModelOptions o;
+    o.preset = "tiny-qwen";
+    o.out_dir = d;
+    o.seed = seed;
+    o.tokenizer_dir = testing::qwen_tokenizer_dir();
+    Status st = make_model(o);
+    REQUIRE_MESSAGE(st.ok(), st.error().to_string());
+  }
+  return d;
+}
+
 const std::string& tiny_model() {
   static const std::string dir = [] {
     std::string d = std::filesystem::temp_directory_path() / "tandem-engine-test-tiny-qwen";
@@ -226,5 +240,48 @@ TEST_CASE("a failed or stuck KV transfer fails only its request, with no pages l
     REQUIRE(col.results[2].finish);
     CHECK(col.results[2].finish->reason == FinishReason::kLength);
     check_pages_free(*engine);
+  }
+}
+
+TEST_CASE("speculative decoding never changes greedy tokens, for every k and a mixed batch") {
+  const std::vector<int> lens = {5, 17, 33, 40};
+  const int max_tokens = 12;
+  const auto want = reference(lens, max_tokens);
+  // A different random model of the same vocabulary disagrees often; the target itself always
+  // agrees. Both must reproduce the target-only tokens exactly.
+  const std::string disagreeing = make_tiny("tandem-engine-test-tiny-qwen-seed11", 11);
+  for (const std::string& draft : {disagreeing, tiny_model()}) {
+    const bool self = draft == tiny_model();
+    for (int k = 1; k <= 8; ++k) {
+      CAPTURE(self);
+      CAPTURE(k);
+      EngineOptions o;
+      o.draft_dir = draft;
+      o.draft_max = k;
+      o.draft_min = 1;
+      o.page_size = 4;  // proposals and rollbacks cross page boundaries
+      auto engine = make_engine(o);
+      Collector col;
+      for (size_t i = 0; i < lens.size(); ++i) {
+        REQUIRE(engine->submit(i, greedy(prompt_of(lens[i], int(i)), max_tokens), &col).ok());
+      }
+      engine->run_until_idle();
+      int64_t proposed = 0, accepted = 0;
+      for (size_t i = 0; i < lens.size(); ++i) {
+        CAPTURE(i);
+        REQUIRE(col.results[i].finish);
+        CHECK(col.results[i].ids == want.at(i));
+        REQUIRE(col.results[i].finish->spec);
+        proposed += col.results[i].finish->spec->proposed;
+        accepted += col.results[i].finish->spec->accepted;
+      }
+      CHECK(proposed > 0);
+      if (self) {
+        CHECK(accepted == proposed);
+      } else {
+        CHECK(accepted < proposed);  // the disagreeing draft really was rejected
+      }
+      check_pages_free(*engine);
+    }
   }
 }
