@@ -2,34 +2,44 @@
 
 #include <string>
 
+#include "tandem_build_config.h"
+#include "transport/choose_transport.h"
 #include "transport/local/local_transport.h"
+#if TANDEM_HAVE_CUDA
+#include "transport/gpu/gpu_transports.h"
+#endif
 
 namespace tandem {
 
 Result<std::unique_ptr<KvTransport>> make_transport(std::string_view name, const KvPoolView& src,
                                                     const KvPoolView& dst) {
-  const bool host = src.device < 0 && dst.device < 0;
-  if (name != "auto" && name != "local" && name != "peer" && name != "nccl" &&
-      name != "host_staged") {
-    return make_error(ErrorCode::kInvalidArgument,
-                      "--kv-transport " + std::string(name) +
-                          ": expected auto, local, peer, nccl or host_staged");
+  TransportProbe probe;
+  probe.src_device = src.device;
+  probe.dst_device = dst.device;
+#if TANDEM_HAVE_CUDA
+  probe.have_cuda = true;
+  const int n = gpu_device_count();
+  if (src.device >= 0 && dst.device >= 0 && src.device < n && dst.device < n) {
+    probe.peer_access = gpu_peer_access(src.device, dst.device);
   }
-  if (host) {
-    if (name == "auto" || name == "local") return std::unique_ptr<KvTransport>(new LocalTransport);
-    return make_error(ErrorCode::kUnsupported, "--kv-transport " + std::string(name) +
-                                                   " moves GPU memory; both stages are on the CPU "
-                                                   "(use local)");
+#endif
+  TANDEM_ASSIGN_OR_RETURN(std::string choice, choose_transport(name, probe));
+  if (choice == "local" && src.device < 0) {
+    return std::unique_ptr<KvTransport>(new LocalTransport);
   }
-  if (src.device < 0 || dst.device < 0) {
-    return make_error(ErrorCode::kUnsupported,
-                      "one stage on the CPU and one on a GPU is not supported: put both stages "
-                      "on GPUs or both on the CPU");
-  }
-  return make_error(ErrorCode::kUnsupported,
-                    "--kv-transport " + std::string(name) +
-                        ": GPU-to-GPU KV transports are not available in this build yet; run "
-                        "both stages on one GPU (--prefill-device and --decode-device equal)");
+#if TANDEM_HAVE_CUDA
+  auto up = [](Result<std::unique_ptr<GpuTransport>> r) -> Result<std::unique_ptr<KvTransport>> {
+    if (!r.ok()) return r.error();
+    return std::unique_ptr<KvTransport>(std::move(r).value());
+  };
+  // "local" on one GPU means the engine runs the stages colocated and never ships; a caller
+  // that ships anyway gets the on-device copy kernel.
+  if (choice == "peer" || choice == "local") return up(make_peer_transport(src, dst));
+  if (choice == "host_staged") return up(make_host_staged_transport(src, dst));
+  if (choice == "nccl") return up(make_nccl_transport(src, dst));
+#endif
+  return make_error(ErrorCode::kUnsupported, "--kv-transport " + std::string(name) +
+                                                 ": no backend for " + choice + " in this build");
 }
 
 }  // namespace tandem

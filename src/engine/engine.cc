@@ -86,6 +86,12 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
   ro.threads = options.threads;
   ro.device = options.decode_device;
   RunnerOptions target_ro = ro;
+  // One device runs colocated (nothing shipped) unless a GPU transport is named: then two
+  // runners share the device (tests of the shipping path on one GPU), each with half the memory.
+  const bool same_device = options.prefill_device == options.decode_device;
+  const bool colocated =
+      same_device && (options.kv_transport == "auto" || options.kv_transport == "local");
+  if (same_device && !colocated) target_ro.gpu_memory_utilization /= 2;
   if (!options.draft_dir.empty() && options.kv_pages == 0) {
     // A GPU runner sizes its KV pool from what is free up to gpu_memory_utilization; the target
     // comes first and would leave the draft nothing. It stops at 85% of the share instead, and
@@ -100,7 +106,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
     TANDEM_ASSIGN_OR_RETURN(DraftModel d, load_draft(options, ro, tokenizer));
     draft = std::move(d);
   }
-  if (options.prefill_device == options.decode_device) {
+  if (colocated) {
     return std::unique_ptr<Engine>(new LocalEngine(options, std::move(model), std::move(tokenizer),
                                                    std::move(chat_template),
                                                    std::move(decode_runner), std::move(draft)));

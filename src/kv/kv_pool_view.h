@@ -15,6 +15,9 @@ struct KvPoolView {
   size_t page_bytes = 0;      // bytes of one page of one layer's K (== V)
   int32_t num_pages = 0;
   int device = -1;  // -1: host memory; N: CUDA device N
+  // GPU pools: the cudaStream_t that writes these pages (the runner's), so a transport can order
+  // its reads after the forward that wrote them without a host sync. Null: nothing pending.
+  void* writer_stream = nullptr;
 
   int32_t num_layers() const { return int32_t(k.size()); }
 };

@@ -65,6 +65,7 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig& config
   r->max_seqs_ = std::max(opts.max_seqs, 1);
   r->max_logits_ = std::max(std::min(r->max_tokens_, 4 * r->max_seqs_), 1);
   TANDEM_CUDA_CHECK(cudaStreamCreateWithFlags(&r->stream_, cudaStreamNonBlocking));
+  TANDEM_CUDA_CHECK(cudaEventCreateWithFlags(&r->meta_copied_, cudaEventDisableTiming));
   r->gemm_ = std::make_unique<kernels::GemmContext>();
 
   size_t free_b = 0, total_b = 0;
@@ -163,6 +164,7 @@ CudaRunner::~CudaRunner() {
     cudaStreamSynchronize(stream_);
     cudaStreamDestroy(stream_);
   }
+  if (meta_copied_ != nullptr) cudaEventDestroy(meta_copied_);
 }
 
 void CudaRunner::linear(const __nv_bfloat16* x, const __nv_bfloat16* w, int32_t m, int32_t n,
@@ -175,12 +177,17 @@ void CudaRunner::linear(const __nv_bfloat16* x, const __nv_bfloat16* w, int32_t 
 }
 
 void CudaRunner::forward(const ForwardBatch& batch) {
+  // Stages drive runners from their own threads, and two runners may sit on two devices.
+  TANDEM_CUDA_CHECK(cudaSetDevice(device_));
   const int32_t T = int32_t(batch.tokens.size());
   const int32_t S = int32_t(batch.seqs.size());
   const int32_t L = int32_t(batch.logit_rows.size());
   TANDEM_CHECK(T <= max_tokens_ && S <= max_seqs_ && L <= max_logits_,
                "batch of %d tokens / %d seqs / %d logits over the runner's %d / %d / %d", T, S, L,
                max_tokens_, max_seqs_, max_logits_);
+  // A forward without sample() (a prefill chunk that samples nothing) leaves the host ahead of
+  // the stream: the previous forward's copy out of meta_host_ must have run before it is reused.
+  TANDEM_CUDA_CHECK(cudaEventSynchronize(meta_copied_));
   int32_t* m = meta_host_.as<int32_t>();
   bool decode_only = T == S;
   int32_t refs = 0;
@@ -245,6 +252,7 @@ void CudaRunner::forward(const ForwardBatch& batch) {
   const size_t meta_bytes = size_t(off_page_ids_ + refs) * 4;
   TANDEM_CUDA_CHECK(
       cudaMemcpyAsync(meta_dev_.as<int32_t>(), m, meta_bytes, cudaMemcpyHostToDevice, stream_));
+  TANDEM_CUDA_CHECK(cudaEventRecord(meta_copied_, stream_));
   num_logits_ = L;
   if (T == 0) return;
 
@@ -328,6 +336,7 @@ void CudaRunner::run_model(int32_t T, int32_t L) {
 }
 
 void CudaRunner::sample(std::span<const SampleRequest> requests, std::span<int32_t> out_tokens) {
+  TANDEM_CUDA_CHECK(cudaSetDevice(device_));
   TANDEM_CHECK(out_tokens.size() >= requests.size());
   const int64_t V = config_.vocab_size;
   const int32_t valid = std::min<int32_t>(valid_vocab_, int32_t(V));
@@ -377,6 +386,7 @@ void CudaRunner::sample(std::span<const SampleRequest> requests, std::span<int32
 }
 
 void CudaRunner::copy_logits(std::span<float> out) {
+  TANDEM_CUDA_CHECK(cudaSetDevice(device_));
   const size_t n = size_t(num_logits_) * size_t(config_.vocab_size);
   TANDEM_CHECK(out.size() >= n);
   TANDEM_CUDA_CHECK(
@@ -395,6 +405,7 @@ KvPoolView CudaRunner::kv_pool_view() {
   v.page_bytes = page_bytes;
   v.num_pages = num_pages_;
   v.device = device_;
+  v.writer_stream = stream_;
   return v;
 }
 

@@ -75,6 +75,7 @@ class CudaRunner final : public ModelRunner {
   // tile_start, tile_len [max_tiles]; seq_page_start [max_seqs]; page_ids [max_page_refs]
   // (last, so one copy of a prefix carries a batch).
   PinnedBuffer meta_host_;
+  cudaEvent_t meta_copied_ = nullptr;  // recorded after meta_host_ -> meta_dev_ on stream_
   DeviceBuffer meta_dev_;
   int32_t off_tokens_ = 0, off_positions_ = 0, off_slots_ = 0, off_token_seq_ = 0;
   int32_t off_logit_rows_ = 0, off_seq_page_start_ = 0, off_page_ids_ = 0;
