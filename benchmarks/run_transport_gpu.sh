@@ -27,11 +27,11 @@ step() {  # name, timeout, command...
   local rc=$?
   printf '%-24s rc=%-3s %4ss\n' "$name" "$rc" "$(( $(date +%s) - t0 ))" | tee -a "$OUT/summary.txt"
 }
-step gpu_transport 60 "$BIN/gpu_transport"
-step multi_gpu_transport 90 "$BIN/multi_gpu_transport"
+step gpu_transport 50 "$BIN/gpu_transport"
+step multi_gpu_transport 120 "$BIN/multi_gpu_transport"
 step kv_ship_bench_2gpu 45 "$BIN/kv_ship_bench" --src 0 --dst 1 --reps 20 \
   --out "$OUT/kv_ship_2gpu.json"
-step kv_ship_bench_1gpu 30 "$BIN/kv_ship_bench" --src 0 --dst 0 --reps 10 \
+step kv_ship_bench_1gpu 25 "$BIN/kv_ship_bench" --src 0 --dst 0 --reps 10 \
   --out "$OUT/kv_ship_1gpu.json"
 for f in gpu_transport multi_gpu_transport; do tail -n 4 "$OUT/$f.log"; done
 cat "$OUT"/kv_ship_bench_*.log

@@ -19,7 +19,8 @@ inline void add_engine_flags(CLI::App* cmd, EngineFlags& f) {
   cmd->add_option("--prefill-device", f.options.prefill_device);
   cmd->add_option("--decode-device", f.options.decode_device);
   cmd->add_option("--kv-transport", f.options.kv_transport,
-                  "KV shipping between stages: auto, local, peer, nccl, host_staged");
+                  "KV shipping between stages: auto, local, peer, nccl, host_staged (a GPU "
+                  "transport named with one device ships between two runners on it)");
   cmd->add_option("--kv-pages", f.options.kv_pages, "KV pages per pool (0 = size from memory)");
   cmd->add_option("--page-size", f.options.page_size, "Tokens per KV page");
   cmd->add_option("--gpu-memory-utilization", f.options.gpu_memory_utilization);
