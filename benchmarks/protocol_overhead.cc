@@ -70,6 +70,8 @@ class TimestampEngine final : public Engine {
   void run_until_idle() override {}
   std::string metrics_text() const override { return {}; }
   std::string trace_json(std::optional<uint64_t>, size_t) const override { return "{}"; }
+  // No trace ring: the benchmark times the protocol, not tracing.
+  void add_trace_spans(uint64_t, const std::vector<Span>&) override {}
   const Tokenizer& tokenizer() const override { TANDEM_CHECK(false, "no tokenizer"); }
   const ChatTemplate* chat_template() const override { return nullptr; }
   const ModelConfig& model_config() const override { return config_; }

@@ -43,6 +43,9 @@ std::vector<Setting> settings_of(DaemonConfig& c) {
        "Seconds in-flight requests may run after SIGTERM before they are aborted"},
       {"log_level", &c.log_level, "trace, debug, info, warn, error"},
       {"warmup", &c.warmup, "Run one 1-token request before reporting ready"},
+      {"trace", &e.trace, "Per-request stage spans and the trace ring (on/off)"},
+      {"metrics_listen", &c.metrics_listen,
+       "HOST:PORT for an HTTP GET /metrics endpoint (Prometheus); empty = off"},
   };
 }
 
@@ -106,9 +109,9 @@ Status set_from_text(const Setting& s, const std::string& text, const std::strin
       return Status::Ok();
     }
     Status operator()(bool* p) const {
-      if (text == "true" || text == "1" || text == "yes") {
+      if (text == "true" || text == "1" || text == "yes" || text == "on") {
         *p = true;
-      } else if (text == "false" || text == "0" || text == "no") {
+      } else if (text == "false" || text == "0" || text == "no" || text == "off") {
         *p = false;
       } else {
         return bad_value(s, text, source, "true or false");

@@ -24,7 +24,8 @@ struct DaemonConfig {
   int64_t max_output_buffer_bytes = 1 << 20;  // per connection, before token events coalesce
   double shutdown_timeout_s = 30;
   std::string log_level = "info";
-  bool warmup = true;  // one 1-token request before READY=1
+  bool warmup = true;          // one 1-token request before READY=1
+  std::string metrics_listen;  // HOST:PORT of an HTTP GET /metrics endpoint; empty = off
 };
 
 struct Setting {

@@ -16,6 +16,7 @@
 
 #include "engine/events.h"
 #include "frame.h"
+#include "trace/trace.h"
 
 namespace tandem::daemon {
 
@@ -78,6 +79,8 @@ struct InFlight {
   // connection was over its output limit (coalesced into one TokenEvent).
   std::vector<int32_t> pending_ids;
   std::string pending_text;
+  // Daemon-side spans (tokenize, stream_write), handed to the engine's trace after Finished.
+  std::vector<Span> spans;
 
   explicit InFlight(std::shared_ptr<EventQueue> q) : observer(std::move(q)) {}
 };

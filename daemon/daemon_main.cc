@@ -213,6 +213,7 @@ int run_daemon(int argc, char** argv, const DaemonHooks& hooks) {
   options.model_name = std::filesystem::path(config.engine.model_dir).filename().string();
   options.default_max_tokens = engine->generation_defaults().max_new_tokens.value_or(16);
   options.watchdog_interval_ms = watchdog_interval_ms();
+  options.metrics_listen = config.metrics_listen;
 
   uv_loop_t loop;
   uv_loop_init(&loop);

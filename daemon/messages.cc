@@ -298,9 +298,24 @@ Frame encode_status(uint64_t id, const DaemonStatus& s) {
     pools.push_back(wire::CreatePoolStatusDirect(fbb, p.name.c_str(), p.device.c_str(), p.page_size,
                                                  p.total_pages, p.used_pages, p.page_bytes));
   }
-  auto body = wire::CreateStatusReplyDirect(fbb, s.state.c_str(), s.model.c_str(), s.engine.running,
-                                            s.engine.waiting, s.engine.finished, &pools,
-                                            s.connections, s.requests_in_flight, s.uptime_s);
+  std::vector<fb::Offset<wire::DeviceMemory>> memory;
+  for (const DeviceMemory& d : s.engine.memory) {
+    std::vector<fb::Offset<wire::MemoryPart>> parts;
+    for (const MemoryPart& p : d.parts) {
+      parts.push_back(wire::CreateMemoryPartDirect(fbb, p.name.c_str(), p.bytes, p.detail.c_str()));
+    }
+    std::vector<fb::Offset<wire::SettingEffect>> settings;
+    for (const SettingEffect& e : d.settings) {
+      settings.push_back(wire::CreateSettingEffectDirect(fbb, e.setting.c_str(), e.value.c_str(),
+                                                         e.bytes, e.effect.c_str()));
+    }
+    memory.push_back(wire::CreateDeviceMemoryDirect(fbb, d.device.c_str(), d.total_bytes,
+                                                    d.free_bytes, d.host_available_bytes, &parts,
+                                                    &settings));
+  }
+  auto body = wire::CreateStatusReplyDirect(
+      fbb, s.state.c_str(), s.model.c_str(), s.engine.running, s.engine.waiting, s.engine.finished,
+      &pools, s.connections, s.requests_in_flight, s.uptime_s, &memory);
   return finish_reply(fbb, id, wire::ReplyBody::StatusReply, body.Union());
 }
 
@@ -371,6 +386,27 @@ DaemonStatus decode_status(const wire::StatusReply& r) {
   s.connections = r.connections();
   s.requests_in_flight = r.requests_in_flight();
   s.uptime_s = r.uptime_s();
+  if (r.memory()) {
+    for (const auto* m : *r.memory()) {
+      DeviceMemory d;
+      d.device = str(m->device());
+      d.total_bytes = m->total_bytes();
+      d.free_bytes = m->free_bytes();
+      d.host_available_bytes = m->host_available_bytes();
+      if (m->parts()) {
+        for (const auto* p : *m->parts()) {
+          d.parts.push_back(MemoryPart{str(p->name()), p->bytes(), str(p->detail())});
+        }
+      }
+      if (m->settings()) {
+        for (const auto* e : *m->settings()) {
+          d.settings.push_back(
+              SettingEffect{str(e->setting()), str(e->value()), e->bytes(), str(e->effect())});
+        }
+      }
+      s.engine.memory.push_back(std::move(d));
+    }
+  }
   return s;
 }
 
@@ -393,6 +429,22 @@ nlohmann::ordered_json status_json(const DaemonStatus& s) {
                           {"used_pages", p.used_pages},
                           {"free_pages", p.total_pages - p.used_pages},
                           {"page_bytes", p.page_bytes}});
+  }
+  j["memory"] = nlohmann::ordered_json::array();
+  for (const DeviceMemory& d : s.engine.memory) {
+    nlohmann::ordered_json dev = {
+        {"device", d.device}, {"total_bytes", d.total_bytes}, {"free_bytes", d.free_bytes}};
+    if (d.host_available_bytes) dev["host_available_bytes"] = d.host_available_bytes;
+    dev["parts"] = nlohmann::ordered_json::array();
+    for (const MemoryPart& p : d.parts) {
+      dev["parts"].push_back({{"name", p.name}, {"bytes", p.bytes}, {"detail", p.detail}});
+    }
+    dev["settings"] = nlohmann::ordered_json::array();
+    for (const SettingEffect& e : d.settings) {
+      dev["settings"].push_back(
+          {{"setting", e.setting}, {"value", e.value}, {"bytes", e.bytes}, {"effect", e.effect}});
+    }
+    j["memory"].push_back(std::move(dev));
   }
   return j;
 }

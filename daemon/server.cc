@@ -128,6 +128,14 @@ Status Server::start() {
   rc = uv_listen(reinterpret_cast<uv_stream_t*>(&listener_), 128, on_connection);
   if (rc != 0) return uv_fail("listening on", rc);
 
+  if (!options_.metrics_listen.empty()) {
+    metrics_http_ = std::make_unique<MetricsHttp>(loop_, [this] { return metrics_text(); });
+    Status st = metrics_http_->start(options_.metrics_listen);
+    if (!st) {
+      metrics_http_->close();
+      return st;
+    }
+  }
   uv_signal_start(&sigterm_, on_signal, SIGTERM);
   uv_signal_start(&sigint_, on_signal, SIGINT);
   if (options_.watchdog_interval_ms > 0) {
@@ -278,7 +286,16 @@ void Server::output_drained(Connection& conn) {
 
 void Server::flush_pending(InFlight& r) {
   if (!r.conn || (r.pending_ids.empty() && r.pending_text.empty())) return;
-  write_frame(*r.conn, encode_tokens(r.client_id, r.pending_ids, r.pending_text));
+  Span span;
+  span.name = "stream_write";
+  span.track = Track::kDaemon;
+  span.start_ns = trace_now_ns();
+  span.tokens = int32_t(r.pending_ids.size());
+  Frame frame = encode_tokens(r.client_id, r.pending_ids, r.pending_text);
+  span.bytes = int64_t(frame.size());
+  write_frame(*r.conn, std::move(frame));
+  span.dur_ns = trace_now_ns() - span.start_ns;
+  r.spans.push_back(span);
   r.pending_ids.clear();
   r.pending_text.clear();
 }
@@ -364,8 +381,14 @@ void Server::handle_generate(Connection& conn, uint64_t id, const wire::Generate
   auto call = decode_generate(request);
   if (!call) return reject(call.error());
   // Tokenizing runs on the loop: it is CPU-bound and short next to a prefill.
+  Span tokenize;
+  tokenize.name = "tokenize";
+  tokenize.track = Track::kDaemon;
+  tokenize.start_ns = trace_now_ns();
   auto ids = prompts_(call->prompt);
+  tokenize.dur_ns = trace_now_ns() - tokenize.start_ns;
   if (!ids) return reject(ids.error());
+  tokenize.tokens = int32_t(ids->size());
   if (!call->max_tokens_set) call->sampling.max_tokens = options_.default_max_tokens;
 
   const uint64_t engine_id = next_request_id_++;
@@ -375,6 +398,7 @@ void Server::handle_generate(Connection& conn, uint64_t id, const wire::Generate
   flight->conn = &conn;
   flight->stream = call->stream;
   InFlight& r = *flight;
+  r.spans.push_back(tokenize);
   in_flight_.emplace(engine_id, std::move(flight));
   const int32_t prompt_tokens = int32_t(ids->size());
   Status submitted =
@@ -417,7 +441,18 @@ void Server::deliver_events() {
     // written even over the limit; the tokens coalesced so far go right before it. A failed
     // write disconnects, which nulls r.conn.
     flush_pending(r);
-    if (r.conn) write_frame(*r.conn, encode_finished(r.client_id, fin));
+    if (r.conn) {
+      Span span;
+      span.name = "stream_write";
+      span.track = Track::kDaemon;
+      span.start_ns = trace_now_ns();
+      Frame frame = encode_finished(r.client_id, fin);
+      span.bytes = int64_t(frame.size());
+      write_frame(*r.conn, std::move(frame));
+      span.dur_ns = trace_now_ns() - span.start_ns;
+      r.spans.push_back(span);
+    }
+    engine_.add_trace_spans(fin.request_id, r.spans);
     if (r.conn) r.conn->requests.erase(r.client_id);
     spdlog::debug("request {} finished: {}", fin.request_id,
                   wire::EnumNameFinishReason(to_wire(fin.reason)));
@@ -478,6 +513,7 @@ void Server::maybe_finish_shutdown() {
   close_handle(reinterpret_cast<uv_handle_t*>(&drain_timer_));
   close_handle(reinterpret_cast<uv_handle_t*>(&watchdog_timer_));
   close_handle(reinterpret_cast<uv_handle_t*>(&listener_));
+  if (metrics_http_) metrics_http_->close();
 }
 
 // ---- systemd watchdog ----

@@ -20,6 +20,7 @@
 #include "engine/engine.h"
 #include "engine/frontend.h"
 #include "messages.h"
+#include "metrics_http.h"
 
 namespace tandem::daemon {
 
@@ -39,6 +40,7 @@ struct ServerOptions {
   std::string model_name;
   int32_t default_max_tokens = 16;    // when a request leaves max_tokens unset
   uint64_t watchdog_interval_ms = 0;  // 0 = no watchdog pings
+  std::string metrics_listen;         // HOST:PORT of the HTTP /metrics endpoint; empty = off
 };
 
 struct Connection;
@@ -59,6 +61,8 @@ class Server {
   void begin_shutdown();
 
   int32_t connections() const { return num_connections_; }
+  // The bound port of --metrics-listen (0 when off); useful with port 0.
+  int metrics_port() const { return metrics_http_ ? metrics_http_->port() : 0; }
   size_t requests_in_flight() const { return in_flight_.size(); }
 
  private:
@@ -99,6 +103,7 @@ class Server {
   uv_timer_t drain_timer_{}, watchdog_timer_{};
   uv_async_t events_async_{};
   std::shared_ptr<EventQueue> events_;
+  std::unique_ptr<MetricsHttp> metrics_http_;  // --metrics-listen
 
   std::vector<Connection*> connection_list_;  // owned; freed in their close callbacks
   int32_t num_connections_ = 0;

@@ -24,6 +24,24 @@ void print_status(const daemon::DaemonStatus& s) {
     std::printf("kv pool     %-6s on %-7s %d/%d pages used (%d tokens/page, %.1f MiB)\n",
                 p.name.c_str(), p.device.c_str(), p.used_pages, p.total_pages, p.page_size, mib);
   }
+  auto mb = [](int64_t b) { return double(b) / (1 << 20); };
+  for (const DeviceMemory& d : s.engine.memory) {
+    std::printf("\nmemory on %s%s: %.1f MiB total\n", d.device.c_str(),
+                d.device == "cpu" ? " (this process, virtual)" : "", mb(d.total_bytes));
+    for (const MemoryPart& p : d.parts) {
+      std::printf("  %-34s %10.1f MiB  %s\n", p.name.c_str(), mb(p.bytes), p.detail.c_str());
+    }
+    if (d.device == "cpu") {
+      std::printf("  %-34s %10.1f MiB  (not part of the total)\n", "host available",
+                  mb(d.host_available_bytes));
+    } else {
+      std::printf("  %-34s %10.1f MiB\n", "free", mb(d.free_bytes));
+    }
+    for (const SettingEffect& e : d.settings) {
+      std::printf("  setting %s %s: %.1f MiB, %s\n", e.setting.c_str(), e.value.c_str(),
+                  mb(e.bytes), e.effect.c_str());
+    }
+  }
 }
 
 template <typename Query>

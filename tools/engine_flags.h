@@ -37,6 +37,10 @@ inline void add_engine_flags(CLI::App* cmd, EngineFlags& f) {
          "--spec", [&f](const std::string& v) { f.options.spec = v == "on"; },
          "on|off: speculative decoding with --draft")
       ->check(CLI::IsMember({"on", "off"}));
+  cmd->add_option_function<std::string>(
+         "--trace", [&f](const std::string& v) { f.options.trace = v == "on"; },
+         "on|off: per-request stage spans (default on)")
+      ->check(CLI::IsMember({"on", "off"}));
 }
 
 // --device overrides both stage devices.

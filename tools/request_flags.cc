@@ -139,11 +139,21 @@ void print_timings(const FinishEvent& fin) {
   const RequestTimings& t = fin.timings;
   std::fprintf(stderr,
                "\n-- %d prompt + %d generated tokens, finish: %s\n"
-               "   queue %8.2f ms\n   prefill %6.2f ms (%d chunks)\n   ttft %9.2f ms\n"
-               "   decode %7.2f ms (%d steps, %.2f ms/token, %.1f tok/s)\n   total %8.2f ms\n",
+               "   queue    %9.2f ms\n"
+               "   prefill  %9.2f ms (%d chunks)\n"
+               "   kv ship  %9.2f ms exposed (transfer time prefill did not hide)\n"
+               "   ttft     %9.2f ms\n"
+               "   decode   %9.2f ms (%d steps)\n"
+               "   tpot     %9.2f ms/token (%.1f tok/s)\n"
+               "   total    %9.2f ms\n",
                fin.usage.prompt_tokens, fin.usage.completion_tokens, finish_reason_name(fin.reason),
-               t.queue_ms, t.prefill_ms, t.prefill_chunks, t.ttft_ms, t.decode_ms, t.decode_steps,
-               t.tpot_ms, t.tpot_ms > 0 ? 1000.0 / t.tpot_ms : 0.0, t.e2e_ms);
+               t.queue_ms, t.prefill_ms, t.prefill_chunks, t.kv_ship_ms, t.ttft_ms, t.decode_ms,
+               t.decode_steps, t.tpot_ms, t.tpot_ms > 0 ? 1000.0 / t.tpot_ms : 0.0, t.e2e_ms);
+  if (fin.spec) {
+    std::fprintf(stderr, "   accepted %9.1f %% (%lld of %lld draft tokens)\n",
+                 100.0 * fin.spec->acceptance_rate(), static_cast<long long>(fin.spec->accepted),
+                 static_cast<long long>(fin.spec->proposed));
+  }
 }
 
 }  // namespace tandem::cli

@@ -21,6 +21,7 @@ DisaggregatedEngine::DisaggregatedEngine(const EngineOptions& options, ModelDir 
       prefill_runner_(std::move(prefill_runner)),
       decode_runner_(std::move(decode_runner)),
       transport_(std::move(transport)),
+      transport_name_(transport_->name()),
       prefill_view_(prefill_runner_->kv_pool_view()),
       decode_view_(decode_runner_->kv_pool_view()),
       page_size_(prefill_runner_->page_size()),
@@ -62,6 +63,7 @@ Status DisaggregatedEngine::submit(uint64_t request_id, GenerateInput input,
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<Sequence> seq,
                           new_sequence(request_id, std::move(input), observer, model_, tokenizer_,
                                        AdmissionLimits{max_model_len_, page_size_, pool_pages}));
+  seq->trace.enabled = options_.trace;
   std::lock_guard lock(mu_);
   if (stopping_) return make_error(ErrorCode::kOverloaded, "the server is shutting down");
   if (seqs_.count(request_id)) {
@@ -104,6 +106,9 @@ EngineStatus DisaggregatedEngine::status() const {
   };
   s.pools.push_back(pool("target.prefill", *prefill_runner_, prefill_used_.load()));
   s.pools.push_back(pool("target", *decode_runner_, decode_used_.load()));
+  s.memory = memory_report(
+      {{"target", "prefill", prefill_runner_.get()}, {"target", "decode", decode_runner_.get()}},
+      options_, max_model_len_);
   return s;
 }
 
@@ -220,6 +225,7 @@ void DisaggregatedEngine::ship_chunk(Sequence& seq, int64_t begin, int64_t end) 
   span.layer_begin = order.layer_begin;
   span.layer_end = order.layer_end;
   span.bytes = int64_t(order.bytes());
+  span.detail = transport_name_.c_str();
   auto ticket = transport_->ship(order);
   span.dur_ns = trace_now_ns() - span.start_ns;
   seq.trace.add(span);
@@ -259,6 +265,16 @@ void DisaggregatedEngine::poll_shipping() {
     for (auto t : s.tickets) transport_->release(t);
     Sequence* seq = s.seq;
     seq->kv_ship_exposed_ms = ms_between(*s.prefill_end, now);
+    Span ready;  // last chunk sampled -> every transfer landed: the ship time prefill did not hide
+    ready.name = "decode_ready";
+    ready.track = Track::kTransport;
+    ready.start_ns =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(s.prefill_end->time_since_epoch())
+            .count();
+    ready.dur_ns =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(now - *s.prefill_end).count();
+    ready.detail = transport_name_.c_str();
+    seq->trace.add(ready);
     telemetry_.metrics.kv_ship_time.observe(seq->kv_ship_exposed_ms / 1e3);
     seq->prefill_pages.release_all(prefill_pool_);
     std::lock_guard lock(mu_);
@@ -300,7 +316,7 @@ bool DisaggregatedEngine::prefill_step() {
       Sequence& seq = *batch.sampling[i];
       prefilling_.erase(std::remove(prefilling_.begin(), prefilling_.end(), &seq),
                         prefilling_.end());
-      auto reason = emit_token(seq, sampled[i], now);
+      auto reason = emit_token(seq, sampled[i], now, Track::kPrefill);
       if (reason) {
         finish(&seq, *reason, std::nullopt, /*on_prefill=*/true);
         continue;

@@ -52,6 +52,9 @@ class DisaggregatedEngine final : public Engine {
   void run_until_idle() override;
   std::string metrics_text() const override;
   std::string trace_json(std::optional<uint64_t> request_id, size_t last_n) const override;
+  void add_trace_spans(uint64_t request_id, const std::vector<Span>& spans) override {
+    telemetry_.add_spans(request_id, spans);
+  }
 
   const Tokenizer& tokenizer() const override { return tokenizer_; }
   const ChatTemplate* chat_template() const override {
@@ -94,6 +97,7 @@ class DisaggregatedEngine final : public Engine {
   std::unique_ptr<ModelRunner> prefill_runner_;
   std::unique_ptr<ModelRunner> decode_runner_;
   std::unique_ptr<KvTransport> transport_;
+  std::string transport_name_;  // kv_ship spans point at it
   KvPoolView prefill_view_;
   KvPoolView decode_view_;
   int32_t max_model_len_ = 0;

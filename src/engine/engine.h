@@ -11,7 +11,9 @@
 
 #include "core/error.h"
 #include "engine/events.h"
+#include "engine/memory_report.h"
 #include "sampling/sampling_params.h"
+#include "trace/trace.h"
 
 namespace tandem {
 
@@ -35,6 +37,7 @@ struct EngineOptions {
   int32_t max_model_len = 0;              // 0 = the model's max_position_embeddings
   int32_t max_queue = 1024;               // waiting requests before kOverloaded
   int32_t threads = 0;                    // CPU runner threads; 0 = all cores
+  bool trace = true;                      // --trace on|off: per-request spans and the ring
   // Speculative decoding (with draft_dir).
   bool spec = true;             // --spec on|off
   int32_t draft_max = 4;        // --draft-max: most tokens proposed per step
@@ -61,6 +64,7 @@ struct EngineStatus {
   int32_t waiting = 0;
   int64_t finished = 0;
   std::vector<PoolStatus> pools;
+  std::vector<DeviceMemory> memory;  // per device; parts + free == total (memory_report.h)
 };
 
 class Engine {
@@ -88,6 +92,10 @@ class Engine {
   virtual std::string metrics_text() const = 0;
   // Chrome Trace Event JSON of finished requests: one request, or the last `last_n` (0 = all kept).
   virtual std::string trace_json(std::optional<uint64_t> request_id, size_t last_n) const = 0;
+  // Thread-safe. Adds spans recorded outside the engine (the daemon's tokenize and stream
+  // writes, host monotonic clock: trace_now_ns) to a finished request's trace; ignored when the
+  // request has left the ring or tracing is off.
+  virtual void add_trace_spans(uint64_t request_id, const std::vector<Span>& spans) = 0;
 
   virtual const Tokenizer& tokenizer() const = 0;
   virtual const ChatTemplate* chat_template() const = 0;  // null when the model has none

@@ -45,6 +45,7 @@ Status LocalEngine::submit(uint64_t request_id, GenerateInput input, EngineObser
       std::unique_ptr<Sequence> seq,
       new_sequence(request_id, std::move(input), observer, model_, tokenizer_,
                    AdmissionLimits{max_model_len_, runner_->page_size(), pool_.num_pages()}));
+  seq->trace.enabled = options_.trace;
   if (spec_) {
     seq->speculative = true;
     seq->draft_rng.seed = seq->rng.seed ^ 0x9e3779b97f4a7c15ull;
@@ -89,10 +90,21 @@ EngineStatus LocalEngine::status() const {
   pool.page_size = runner_->page_size();
   pool.total_pages = runner_->num_pages();
   pool.used_pages = used_pages_.load();
-  const ModelConfig& c = model_.config;
   pool.page_bytes = runner_->memory_plan().kv_bytes / std::max<int32_t>(1, runner_->num_pages());
-  (void)c;
   s.pools.push_back(pool);
+  std::vector<RunnerRole> roles = {{"target", "", runner_.get()}};
+  if (draft_) {
+    PoolStatus d;
+    d.name = "draft";
+    d.device = draft_->runner->device();
+    d.page_size = draft_->runner->page_size();
+    d.total_pages = draft_->runner->num_pages();
+    d.used_pages = draft_used_pages_.load();
+    d.page_bytes = draft_->runner->memory_plan().kv_page_bytes;
+    s.pools.push_back(d);
+    roles.push_back({"draft", "", draft_->runner.get()});
+  }
+  s.memory = memory_report(roles, options_, max_model_len_);
   return s;
 }
 
@@ -141,6 +153,7 @@ void LocalEngine::publish_counts() {
   running_count_.store(int32_t(running_.size()));
   waiting_count_.store(int32_t(waiting_.size()));
   used_pages_.store(pool_.used_pages());
+  if (draft_) draft_used_pages_.store(draft_->pool->used_pages());
 }
 
 bool LocalEngine::step() {
@@ -176,7 +189,10 @@ bool LocalEngine::step() {
     const auto now = Clock::now();
     for (size_t i = 0; i < batch.sampling.size(); ++i) {
       Sequence& seq = *batch.sampling[i];
-      if (auto reason = emit_token(seq, sampled[i], now)) finish(&seq, *reason, std::nullopt);
+      const Track track = seq.output_len() == 0 ? Track::kPrefill : Track::kDecode;
+      if (auto reason = emit_token(seq, sampled[i], now, track)) {
+        finish(&seq, *reason, std::nullopt);
+      }
     }
   }
   if (!speculating.empty()) run_speculative(speculating);
@@ -193,26 +209,39 @@ std::string LocalEngine::trace_json(std::optional<uint64_t> request_id, size_t l
 }
 
 void LocalEngine::run_speculative(std::span<Sequence* const> seqs) {
-  const int64_t t0 = trace_now_ns();
+  // Per sequence, what it had proposed and accepted before this step: the step's k and
+  // accepted count are the differences.
+  std::vector<std::pair<int64_t, int64_t>> before(seqs.size());
+  for (size_t i = 0; i < seqs.size(); ++i)
+    before[i] = {seqs[i]->spec.proposed, seqs[i]->spec.accepted};
   std::vector<std::vector<int32_t>> emitted = spec_->step(seqs, pool_, runner_->page_size());
-  const int64_t t1 = trace_now_ns();
+  const SpecDecoder::StepTiming& t = spec_->last_timing();
   const auto now = Clock::now();
   for (size_t i = 0; i < seqs.size(); ++i) {
     Sequence& seq = *seqs[i];
-    Span span;
-    span.name = "spec_step";
-    span.track = Track::kVerify;
-    span.start_ns = t0;
-    span.dur_ns = t1 - t0;
-    span.index = seq.decode_steps;
-    span.tokens = int32_t(emitted[i].size());
-    span.batch = int32_t(seqs.size());
-    seq.trace.add(span);
+    if (seq.trace.enabled) {
+      Span draft;
+      draft.name = "spec_draft";
+      draft.track = Track::kDraft;
+      draft.start_ns = t.draft_start_ns;
+      draft.dur_ns = t.draft_end_ns - t.draft_start_ns;
+      draft.index = seq.decode_steps;
+      draft.tokens = int32_t(seq.spec.proposed - before[i].first);  // k
+      draft.batch = int32_t(seqs.size());
+      seq.trace.add(draft);
+      Span verify = draft;
+      verify.name = "spec_verify";
+      verify.track = Track::kVerify;
+      verify.start_ns = t.verify_start_ns;
+      verify.dur_ns = t.verify_end_ns - t.verify_start_ns;
+      verify.accepted = int32_t(seq.spec.accepted - before[i].second);
+      seq.trace.add(verify);
+    }
     std::optional<FinishReason> reason;
     int32_t n = 0;
     for (int32_t token : emitted[i]) {
       ++n;
-      if ((reason = emit_token(seq, token, now))) break;
+      if ((reason = emit_token(seq, token, now, Track::kVerify))) break;
     }
     if (reason) {
       finish(&seq, *reason, std::nullopt);

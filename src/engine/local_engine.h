@@ -42,6 +42,9 @@ class LocalEngine final : public Engine {
   void run_until_idle() override;
   std::string metrics_text() const override;
   std::string trace_json(std::optional<uint64_t> request_id, size_t last_n) const override;
+  void add_trace_spans(uint64_t request_id, const std::vector<Span>& spans) override {
+    telemetry_.add_spans(request_id, spans);
+  }
 
   const Tokenizer& tokenizer() const override { return tokenizer_; }
   const ChatTemplate* chat_template() const override {
@@ -93,6 +96,7 @@ class LocalEngine final : public Engine {
   std::atomic<int32_t> running_count_{0};
   std::atomic<int32_t> waiting_count_{0};
   std::atomic<int32_t> used_pages_{0};
+  std::atomic<int32_t> draft_used_pages_{0};
   std::atomic<int64_t> finished_count_{0};
   mutable Telemetry telemetry_;
 };

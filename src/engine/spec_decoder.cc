@@ -94,6 +94,7 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
     ks[i] = k;
   }
 
+  timing_.draft_start_ns = trace_now_ns();
   if (!catchup.empty()) {
     std::vector<int32_t> tokens;
     std::vector<SeqSlice> slices;
@@ -184,12 +185,15 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
     for (int32_t r = 0; r < s.q_len; ++r) rows.push_back(s.q_start + r);
     slices.push_back(s);
   }
+  timing_.draft_end_ns = trace_now_ns();
   const double t0 = now_ms();
+  timing_.verify_start_ns = timing_.draft_end_ns;
   target_.forward(ForwardBatch{tokens, slices, rows});
   const int64_t tv = target_.config().vocab_size;
   logits_.resize(rows.size() * size_t(tv));
   target_.copy_logits(logits_);
   const double target_ms = now_ms() - t0;
+  timing_.verify_end_ns = trace_now_ns();
   if (max_k > 0) policy_.observe_costs(draft_ms / max_k, target_ms);
 
   std::vector<std::vector<int32_t>> result(n);

@@ -74,6 +74,16 @@ class SpecDecoder {
 
   DraftLengthPolicy& policy() { return policy_; }
 
+  // When the last step's draft work (catch-up and proposal rounds) and its target verify pass
+  // ran, in trace_now_ns() time; the engine turns them into spec_draft / spec_verify spans.
+  struct StepTiming {
+    int64_t draft_start_ns = 0;
+    int64_t draft_end_ns = 0;
+    int64_t verify_start_ns = 0;
+    int64_t verify_end_ns = 0;
+  };
+  const StepTiming& last_timing() const { return timing_; }
+
  private:
   ModelRunner& target_;
   ModelRunner& draft_;
@@ -81,6 +91,7 @@ class SpecDecoder {
   DraftLengthPolicy policy_;
   int32_t valid_vocab_;
   std::vector<float> logits_;  // scratch: [rows, vocab] fp32 from copy_logits
+  StepTiming timing_;
 };
 
 }  // namespace tandem

@@ -49,6 +49,7 @@ void trace_step(std::span<const ScheduledSeq> scheduled, Track prefill, Track de
   const int32_t batch = int32_t(scheduled.size());
   for (const ScheduledSeq& s : scheduled) {
     Sequence& seq = *s.seq;
+    if (!seq.trace.enabled) continue;
     Span span;
     const bool is_prefill = seq.in_prefill() || s.num_tokens > 1;
     span.name = is_prefill ? "prefill_chunk" : "decode_step";
@@ -76,6 +77,12 @@ void Telemetry::on_finish(Sequence& seq, const FinishEvent& ev) {
   metrics.generation_tokens += uint64_t(ev.usage.completion_tokens);
   metrics.preemptions += uint64_t(seq.preemptions);
   metrics.count_finished(finish_reason_name(ev.reason));
+  if (ev.spec) {
+    metrics.spec_drafts += uint64_t(seq.spec_steps);
+    metrics.spec_draft_tokens += uint64_t(ev.spec->proposed);
+    metrics.spec_accepted_tokens += uint64_t(ev.spec->accepted);
+    metrics.count_accepted_per_position(ev.spec->accepted_per_position);
+  }
 
   RequestTrace& tr = seq.trace;
   tr.request_id = seq.id;
@@ -85,6 +92,7 @@ void Telemetry::on_finish(Sequence& seq, const FinishEvent& ev) {
   tr.prompt_tokens = ev.usage.prompt_tokens;
   tr.completion_tokens = ev.usage.completion_tokens;
   tr.finish_reason = finish_reason_name(ev.reason);
+  if (!tr.enabled) return;
   if (seq.first_scheduled) {
     Span q;
     q.name = "queue";
@@ -115,13 +123,24 @@ void commit_step(std::span<const ScheduledSeq> scheduled, BlockTable Sequence::*
   }
 }
 
-std::optional<FinishReason> emit_token(Sequence& seq, int32_t token, Clock::time_point now) {
+std::optional<FinishReason> emit_token(Sequence& seq, int32_t token, Clock::time_point now,
+                                       Track track) {
   if (!seq.prefill_done) seq.prefill_done = now;
   if (!seq.first_token) seq.first_token = now;
   if (seq.output_len() > 0) seq.decode_steps++;
   seq.tokens.push_back(token);
+  Span detok;
+  detok.name = "detokenize";
+  detok.track = track;
+  detok.index = seq.output_len() - 1;
+  detok.tokens = 1;
+  if (seq.trace.enabled) detok.start_ns = trace_now_ns();
   const std::string piece = seq.detok->push(token);
   StopChecker::Verdict verdict = seq.stop->push(token, piece, seq.output_len());
+  if (seq.trace.enabled) {
+    detok.dur_ns = trace_now_ns() - detok.start_ns;
+    seq.trace.add(detok);
+  }
   seq.observer->on_tokens(TokenEvent{seq.id, {token}, std::move(verdict.text)});
   return verdict.finished;
 }

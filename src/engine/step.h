@@ -42,8 +42,10 @@ void trace_step(std::span<const ScheduledSeq> scheduled, Track prefill, Track de
 void commit_step(std::span<const ScheduledSeq> scheduled, BlockTable Sequence::*table);
 
 // Appends a sampled token, streams its text to the observer, checks stop conditions. Returns the
-// finish reason when the sequence is done.
-std::optional<FinishReason> emit_token(Sequence& seq, int32_t token, Clock::time_point now);
+// finish reason when the sequence is done. The detokenize span goes on `track` (the stage that
+// sampled the token).
+std::optional<FinishReason> emit_token(Sequence& seq, int32_t token, Clock::time_point now,
+                                       Track track = Track::kDecode);
 
 // Metrics and the trace ring shared by every engine: observes a finished request.
 struct Telemetry {
@@ -52,6 +54,9 @@ struct Telemetry {
   void on_finish(Sequence& seq, const FinishEvent& ev);
   std::string metrics_text(const EngineStatus& status);
   std::string trace_json(std::optional<uint64_t> request_id, size_t last_n) const;
+  void add_spans(uint64_t request_id, const std::vector<Span>& spans) {
+    traces.append(request_id, spans);
+  }
 };
 
 // The finish event of a sequence (usage, timings, the text held back until now).

@@ -57,15 +57,20 @@ struct RunnerOptions {
   int32_t threads = 0;  // CPU runner: 0 = hardware concurrency
 };
 
-// Where a runner's memory went; `tandem status` prints it.
+// Where a runner's memory went; `tandem status` prints it (engine/memory_report.h). The CUDA
+// runner measures each part as the drop in cudaMemGetInfo's free bytes around its allocation
+// phase, so the parts, what was used before (baseline) and free add up to the driver's total.
 struct MemoryPlan {
   int64_t weights_bytes = 0;
   int64_t kv_bytes = 0;
   int64_t activation_bytes = 0;
-  int64_t workspace_bytes = 0;
-  int64_t graph_bytes = 0;
+  int64_t workspace_bytes = 0;  // cuBLASLt workspace, split-K scratch, batch metadata
+  int64_t graph_bytes = 0;      // captured CUDA graphs
   int64_t device_total_bytes = 0;
-  int64_t device_free_bytes = 0;
+  int64_t device_free_bytes = 0;    // right after this runner finished allocating
+  int64_t baseline_used_bytes = 0;  // CUDA: used before it (context, other runners/processes)
+  int64_t kv_page_bytes = 0;        // one page, K and V, all layers
+  int64_t kv_budget_bytes = 0;      // what sizing from memory allowed (0 with --kv-pages)
 };
 
 class ModelRunner {

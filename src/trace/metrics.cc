@@ -68,6 +68,15 @@ void EngineMetrics::count_finished(const std::string& reason) {
   finished[reason]++;
 }
 
+void EngineMetrics::count_accepted_per_position(const std::vector<int64_t>& per_position) {
+  std::lock_guard lock(finished_mu);
+  if (accepted_per_position.size() < per_position.size()) {
+    accepted_per_position.resize(per_position.size(), 0);
+  }
+  for (size_t i = 0; i < per_position.size(); ++i)
+    accepted_per_position[i] += uint64_t(per_position[i]);
+}
+
 std::string render_prometheus(EngineMetrics& m, const GaugeValues& g) {
   std::string out;
   header(out, "tandem:num_requests_running", "gauge", "Requests in prefill or decode.");
@@ -104,14 +113,18 @@ std::string render_prometheus(EngineMetrics& m, const GaugeValues& g) {
           m.spec_draft_tokens);
   counter(out, "tandem:spec_decode_num_accepted_tokens_total", "Draft tokens accepted.",
           m.spec_accepted_tokens);
+  std::lock_guard lock(m.finished_mu);
+  header(out, "tandem:spec_decode_num_accepted_tokens_per_pos", "counter",
+         "Draft tokens accepted, by position in the proposal (0 = first).");
+  for (size_t i = 0; i < m.accepted_per_position.size(); ++i) {
+    out += "tandem:spec_decode_num_accepted_tokens_per_pos{position=\"" + std::to_string(i) +
+           "\"} " + std::to_string(m.accepted_per_position[i]) + "\n";
+  }
   header(out, "tandem:request_success_total", "counter", "Finished requests by finish reason.");
-  {
-    std::lock_guard lock(m.finished_mu);
-    for (const char* reason : {"stop", "length", "abort", "error"}) {
-      auto it = m.finished.find(reason);
-      out += std::string("tandem:request_success_total{finished_reason=\"") + reason + "\"} " +
-             std::to_string(it == m.finished.end() ? 0 : it->second) + "\n";
-    }
+  for (const char* reason : {"stop", "length", "abort", "error"}) {
+    auto it = m.finished.find(reason);
+    out += std::string("tandem:request_success_total{finished_reason=\"") + reason + "\"} " +
+           std::to_string(it == m.finished.end() ? 0 : it->second) + "\n";
   }
   return out;
 }

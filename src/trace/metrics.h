@@ -44,9 +44,11 @@ struct EngineMetrics {
   std::atomic<uint64_t> spec_draft_tokens{0};
   std::atomic<uint64_t> spec_accepted_tokens{0};
   std::mutex finished_mu;
-  std::map<std::string, uint64_t> finished;  // by finish reason
+  std::map<std::string, uint64_t> finished;     // by finish reason
+  std::vector<uint64_t> accepted_per_position;  // [draft_max], guarded by finished_mu
 
   void count_finished(const std::string& reason);
+  void count_accepted_per_position(const std::vector<int64_t>& per_position);
 };
 
 struct GaugeValues {

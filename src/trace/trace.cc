@@ -45,6 +45,20 @@ std::vector<RequestTrace> TraceRing::snapshot(std::optional<uint64_t> request_id
   return out;
 }
 
+bool TraceRing::append(uint64_t request_id, const std::vector<Span>& spans) {
+  std::lock_guard lock(mu_);
+  for (auto it = traces_.rbegin(); it != traces_.rend(); ++it) {
+    if (it->request_id != request_id) continue;
+    for (const Span& s : spans) {
+      it->spans.push_back(s);
+      it->arrival_ns = std::min(it->arrival_ns, s.start_ns);
+      it->finish_ns = std::max(it->finish_ns, s.start_ns + s.dur_ns);
+    }
+    return true;
+  }
+  return false;
+}
+
 std::string chrome_trace_json(const std::vector<RequestTrace>& traces) {
   using nlohmann::ordered_json;
   ordered_json events = ordered_json::array();
@@ -69,18 +83,31 @@ std::string chrome_trace_json(const std::vector<RequestTrace>& traces) {
   auto us = [](int64_t ns) { return double(ns) / 1000.0; };
   for (const RequestTrace& r : traces) {
     const std::string rid = std::to_string(r.request_id);
+    // The request covers every span of it, whatever clock skew between recorders.
+    int64_t begin = r.arrival_ns, end = std::max(r.arrival_ns, r.finish_ns);
+    for (const Span& s : r.spans) {
+      begin = std::min(begin, s.start_ns);
+      end = std::max(end, s.start_ns + std::max<int64_t>(0, s.dur_ns));
+    }
     events.push_back({{"name", "request " + rid},
                       {"cat", "request"},
-                      {"ph", "X"},
+                      {"ph", "b"},
+                      {"id", r.request_id},
                       {"pid", kPid},
                       {"tid", int(Track::kDaemon)},
-                      {"ts", us(r.arrival_ns)},
-                      {"dur", us(std::max<int64_t>(0, r.finish_ns - r.arrival_ns))},
+                      {"ts", us(begin)},
                       {"args",
                        {{"request_id", r.request_id},
                         {"prompt_tokens", r.prompt_tokens},
                         {"completion_tokens", r.completion_tokens},
                         {"finish_reason", r.finish_reason}}}});
+    events.push_back({{"name", "request " + rid},
+                      {"cat", "request"},
+                      {"ph", "e"},
+                      {"id", r.request_id},
+                      {"pid", kPid},
+                      {"tid", int(Track::kDaemon)},
+                      {"ts", us(end)}});
     std::vector<Span> spans = r.spans;
     std::stable_sort(spans.begin(), spans.end(),
                      [](const Span& a, const Span& b) { return a.start_ns < b.start_ns; });
@@ -94,6 +121,8 @@ std::string chrome_trace_json(const std::vector<RequestTrace>& traces) {
         args["layers"] = std::to_string(s.layer_begin) + ".." + std::to_string(s.layer_end);
       }
       if (s.bytes) args["bytes"] = s.bytes;
+      if (s.accepted >= 0) args["accepted"] = s.accepted;
+      if (s.detail) args["backend"] = s.detail;
       events.push_back({{"name", s.name},
                         {"cat", "stage"},
                         {"ph", "X"},

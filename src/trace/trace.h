@@ -3,9 +3,14 @@
 // the hot path by the runner). Finished traces go into an always-on ring of the last N requests,
 // which `tandem trace` exports as Chrome Trace Event JSON (opens in Perfetto).
 //
-// Span names follow the OpenTelemetry gen_ai conventions where one exists (a request maps to a
-// gen_ai "chat"/"text_completion" span; stage spans are its children), so an OTLP exporter can
-// map them one to one later.
+// The span model maps onto OpenTelemetry (docs/tracing.md has the table): a RequestTrace is one
+// gen_ai "text_completion" span (gen_ai.request.id = request_id, gen_ai.usage.input_tokens /
+// output_tokens, gen_ai.response.finish_reasons); each Span is a child span named
+// "tandem.<name>" whose fields become attributes (tandem.chunk, tandem.layers, tandem.kv.bytes,
+// tandem.transport, gen_ai.speculative.k / accepted). An OTLP exporter maps them one to one.
+//
+// Span names (static strings): queue, tokenize, prefill_chunk, kv_ship, decode_ready,
+// decode_step, spec_draft, spec_verify, detokenize, stream_write.
 #pragma once
 
 #include <chrono>
@@ -38,7 +43,9 @@ struct Span {
   int32_t batch = 0;         // sequences in the step
   int32_t layer_begin = -1;  // kv_ship: layers [layer_begin, layer_end)
   int32_t layer_end = -1;
-  int64_t bytes = 0;  // kv_ship
+  int64_t bytes = 0;             // kv_ship, stream_write
+  int32_t accepted = -1;         // spec_verify: draft tokens accepted (tokens = k proposed)
+  const char* detail = nullptr;  // static string: kv_ship's transport backend
 };
 
 struct RequestTrace {
@@ -49,8 +56,13 @@ struct RequestTrace {
   int32_t completion_tokens = 0;
   std::string finish_reason;
   std::vector<Span> spans;
+  // `--trace off`: spans are dropped at once and the trace never reaches the ring (the
+  // overhead benchmark compares both settings).
+  bool enabled = true;
 
-  void add(Span s) { spans.push_back(s); }
+  void add(const Span& s) {
+    if (enabled) spans.push_back(s);
+  }
 };
 
 // Thread-safe ring of the last `capacity` finished traces.
@@ -60,6 +72,10 @@ class TraceRing {
   void push(RequestTrace trace);
   // The last n traces (all when n == 0), or the one request when `request_id` is set.
   std::vector<RequestTrace> snapshot(std::optional<uint64_t> request_id, size_t last_n) const;
+  // Adds spans recorded outside the engine (the daemon's tokenize and stream writes) to a
+  // finished trace still in the ring; the request's bounds grow to cover them. False when the
+  // request is no longer (or never was) in the ring.
+  bool append(uint64_t request_id, const std::vector<Span>& spans);
 
  private:
   size_t capacity_;
@@ -68,8 +84,9 @@ class TraceRing {
 };
 
 // Chrome Trace Event JSON: one process, one thread (track) per stage, "X" complete events for
-// spans, an enclosing "request" event on the daemon track, and flow events ("s"/"t"/"f") that
-// link one request's spans across tracks in time order.
+// spans, an async "request" slice ("b"/"e", one row per request, so overlapping requests do not
+// mis-nest on a thread track) and flow events ("s"/"t"/"f") that link one request's spans
+// across tracks in time order.
 std::string chrome_trace_json(const std::vector<RequestTrace>& traces);
 
 }  // namespace tandem

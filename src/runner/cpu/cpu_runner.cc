@@ -38,6 +38,7 @@ CpuRunner::CpuRunner(const ModelDir& model, const RunnerOptions& opts, int32_t n
       pool_(opts.threads),
       inv_freq_(rope_inv_freq(model.config)),
       page_floats_(size_t(opts.page_size * model.config.num_kv_heads * model.config.head_dim)) {
+  num_pages_from_budget_ = opts.num_pages == 0;
   // Uninitialised on purpose: untouched pages cost no memory, and a page is always written
   // before it is read (the block table covers only written positions).
   for (int64_t l = 0; l < model.config.num_layers; ++l) {
@@ -56,6 +57,8 @@ MemoryPlan CpuRunner::memory_plan() const {
   MemoryPlan plan;
   plan.weights_bytes = weights_bytes_;
   plan.kv_bytes = int64_t(page_floats_) * 4 * 2 * num_pages_ * config_.num_layers;
+  plan.kv_page_bytes = int64_t(page_floats_) * 4 * 2 * config_.num_layers;
+  plan.kv_budget_bytes = num_pages_from_budget_ ? kDefaultKvBytes : 0;
   for (const auto* v : {&x_, &h_, &q_, &k_, &v_, &attn_, &gate_, &up_, &logits_})
     plan.activation_bytes += int64_t(v->capacity() * sizeof(float));
   const int64_t page = sysconf(_SC_PAGESIZE);

@@ -42,6 +42,7 @@ class CpuRunner final : public ModelRunner {
   const std::string device_;  // "cpu" or "cpu:N"
   int32_t page_size_;
   int32_t num_pages_;
+  bool num_pages_from_budget_ = false;  // --kv-pages 0: sized from the default CPU KV budget
   int32_t valid_vocab_;
   ThreadPool pool_;
   std::vector<float> inv_freq_;  // [head_dim / 2] RoPE inverse frequencies

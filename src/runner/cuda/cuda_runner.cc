@@ -64,18 +64,26 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig& config
   r->max_tokens_ = std::max(opts.max_batch_tokens, 1);
   r->max_seqs_ = std::max(opts.max_seqs, 1);
   r->max_logits_ = std::max(std::min(r->max_tokens_, 4 * r->max_seqs_), 1);
+  // Every allocation phase is measured as the drop in the driver's free bytes, so the plan's
+  // parts + baseline + free add up to the total (the cudaMalloc granularity included).
+  size_t free_b = 0, total_b = 0;
+  auto free_now = [&]() -> int64_t {
+    TANDEM_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    return int64_t(free_b);
+  };
+  const int64_t free_start = free_now();  // the context exists from here on
+  r->plan_.device_total_bytes = int64_t(total_b);
+  r->plan_.baseline_used_bytes = int64_t(total_b) - free_start;
   TANDEM_CUDA_CHECK(cudaStreamCreateWithFlags(&r->stream_, cudaStreamNonBlocking));
   TANDEM_CUDA_CHECK(cudaEventCreateWithFlags(&r->meta_copied_, cudaEventDisableTiming));
   r->gemm_ = std::make_unique<kernels::GemmContext>();
-
-  size_t free_b = 0, total_b = 0;
-  TANDEM_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-  r->plan_.device_total_bytes = int64_t(total_b);
+  const int64_t free_gemm = free_now();
 
   Result<DeviceWeights> dw = upload_weights(config, weights, /*progress=*/true);
   if (!dw.ok()) return dw.error();
   r->weights_ = std::move(dw).value();
-  r->plan_.weights_bytes = r->weights_.bytes;
+  const int64_t free_weights = free_now();
+  r->plan_.weights_bytes = free_gemm - free_weights;
 
   const std::vector<float> inv = rope_inv_freq(config);
   r->inv_freq_ = DeviceBuffer(inv.size() * 4);
@@ -103,9 +111,8 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig& config
   r->sample_rows_ = DeviceBuffer(size_t(L * 4));
   r->sampled_ = DeviceBuffer(size_t(L * 4));
   r->sample_host_ = PinnedBuffer(size_t(2 * L * 4));
-  r->plan_.activation_bytes = T * H * 4 + T * H * 2 * 2 + T * QKV * 2 + T * QD * 2 * 2 +
-                              T * I * 2 * 3 + L * H * 2 + L * config.vocab_size * 4;
-  r->plan_.workspace_bytes = int64_t(r->gemm_->workspace_bytes());
+  const int64_t free_activations = free_now();
+  r->plan_.activation_bytes = free_weights - free_activations;
 
   // KV pool: what is asked, or what utilization leaves after everything else.
   const int64_t page_bytes = int64_t(r->page_size_) * config.num_kv_heads * config.head_dim * 2;
@@ -116,6 +123,7 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig& config
     const int64_t budget = int64_t(double(total_b) * opts.gpu_memory_utilization) -
                            (int64_t(total_b) - int64_t(free_b)) - kActivationSlack;
     pages = budget / per_page;
+    r->plan_.kv_budget_bytes = budget;
     if (pages < 1) {
       return make_error(ErrorCode::kOutOfPages,
                         "gpu_memory_utilization " + std::to_string(opts.gpu_memory_utilization) +
@@ -125,7 +133,9 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig& config
   r->num_pages_ = int32_t(pages);
   r->k_cache_ = DeviceBuffer(size_t(pages * config.num_layers * page_bytes));
   r->v_cache_ = DeviceBuffer(size_t(pages * config.num_layers * page_bytes));
-  r->plan_.kv_bytes = 2 * pages * config.num_layers * page_bytes;
+  const int64_t free_kv = free_now();
+  r->plan_.kv_bytes = free_activations - free_kv;
+  r->plan_.kv_page_bytes = per_page;
 
   // Metadata sections.
   r->max_page_refs_ = std::max<int32_t>(r->num_pages_ + r->max_seqs_, 1024);
@@ -147,8 +157,9 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig& config
   r->meta_host_ = PinnedBuffer(size_t(off) * 4);
   r->meta_dev_ = DeviceBuffer(size_t(off) * 4);
 
-  TANDEM_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-  r->plan_.device_free_bytes = int64_t(free_b);
+  const int64_t free_end = free_now();
+  r->plan_.workspace_bytes = (free_start - free_gemm) + (free_kv - free_end);
+  r->plan_.device_free_bytes = free_end;
   std::fprintf(stderr,
                "cuda:%d memory plan: weights %.2f GB, KV %.2f GB (%d pages of %d tokens), "
                "activations %.2f GB, workspace %.0f MB, free %.2f of %.2f GB\n",
@@ -261,12 +272,18 @@ void CudaRunner::forward(const ForwardBatch& batch) {
     auto it = graphs_.find(key);
     if (it == graphs_.end()) {
       cudaGraph_t graph = nullptr;
+      // Once per batch shape, off the steady state: what the graph costs is measured.
+      size_t free_before = 0, free_after = 0, total = 0;
+      TANDEM_CUDA_CHECK(cudaMemGetInfo(&free_before, &total));
       TANDEM_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
       run_model(T, L);
       TANDEM_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
       cudaGraphExec_t exec = nullptr;
       TANDEM_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
       TANDEM_CUDA_CHECK(cudaGraphDestroy(graph));
+      TANDEM_CUDA_CHECK(cudaMemGetInfo(&free_after, &total));
+      graph_bytes_ += int64_t(free_before) - int64_t(free_after);
+      free_after_graphs_ = int64_t(free_after);
       it = graphs_.emplace(key, exec).first;
     }
     TANDEM_CUDA_CHECK(cudaGraphLaunch(it->second, stream_));

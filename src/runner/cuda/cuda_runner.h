@@ -7,6 +7,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <tuple>
@@ -33,7 +34,13 @@ class CudaRunner final : public ModelRunner {
   int32_t page_size() const override { return page_size_; }
   int32_t num_pages() const override { return num_pages_; }
   void set_valid_vocab(int32_t valid_vocab) override { valid_vocab_ = valid_vocab; }
-  MemoryPlan memory_plan() const override { return plan_; }
+  // Thread-safe: the graph figures grow on the worker thread as batch shapes are captured.
+  MemoryPlan memory_plan() const override {
+    MemoryPlan p = plan_;
+    p.graph_bytes = graph_bytes_.load();
+    if (const int64_t f = free_after_graphs_.load(); f > 0) p.device_free_bytes = f;
+    return p;
+  }
 
   void forward(const ForwardBatch& batch) override;
   void sample(std::span<const SampleRequest> requests, std::span<int32_t> out_tokens) override;
@@ -61,7 +68,9 @@ class CudaRunner final : public ModelRunner {
   int32_t max_logits_ = 0;
   int32_t max_page_refs_ = 0;
   bool use_graphs_ = true;
-  MemoryPlan plan_;
+  MemoryPlan plan_;                            // set once by make_cuda_runner
+  std::atomic<int64_t> graph_bytes_{0};        // measured at each graph instantiation
+  std::atomic<int64_t> free_after_graphs_{0};  // driver free bytes after the last one
 
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<kernels::GemmContext> gemm_;

@@ -1,15 +1,22 @@
 #!/usr/bin/env python3
 """The real tandemd on a tiny random-weight model (tandem mkmodel --preset tiny-qwen) with the real
 Qwen tokenizer, CPU stages: golden outputs through the socket equal `tandem run` in-process, chat
-goes through the model's template, a killed client's pages come back, SIGTERM exits 0."""
+goes through the model's template, a killed client's pages come back, SIGTERM exits 0; `tandem
+trace`, `tandem metrics`, the HTTP /metrics endpoint and `tandem status`'s memory breakdown are
+checked structurally."""
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import tempfile
 import time
 import unittest
+import urllib.error
+import urllib.request
+
+from observability import check_memory, check_prometheus, check_trace
 
 TANDEMD = sys.argv.pop(1)
 TANDEM = sys.argv.pop(1)
@@ -37,7 +44,7 @@ class TandemdModelTest(unittest.TestCase):
         cls.log = open(os.path.join(WORK, "tandemd.log"), "w+")
         cls.daemon = subprocess.Popen(
             [TANDEMD, "--model", MODEL, "--socket", SOCKET, "--device", "cpu", "--kv-pages", "2048",
-             "--threads", "1", "--shutdown-timeout", "5"],
+             "--threads", "1", "--shutdown-timeout", "5", "--metrics-listen", "127.0.0.1:0"],
             stdout=cls.log, stderr=subprocess.STDOUT)
         for _ in range(600):
             if os.path.exists(SOCKET) and tandem("health", "--socket", SOCKET, check=False).returncode == 0:
@@ -104,6 +111,54 @@ class TandemdModelTest(unittest.TestCase):
         s = status()
         self.assertEqual(s["pools"][0]["used_pages"], 0)
         self.assertEqual(s["running"], 0)
+
+    def metrics_port(self):
+        self.log.flush()
+        with open(self.log.name) as f:
+            m = re.search(r"metrics on http://127\.0\.0\.1:(\d+)/metrics", f.read())
+        self.assertIsNotNone(m, "tandemd did not log its metrics port")
+        return int(m.group(1))
+
+    def test_trace_metrics_and_memory(self):
+        fin = json.loads(tandem("generate", "--socket", SOCKET, "--prompt", "Hello there, tandem",
+                                "--max-tokens", 5, "--temperature", 0, "--ignore-eos",
+                                "--json").stdout)
+        for key in ("ttft", "tpot", "queue", "prefill", "kv_ship", "decode", "e2e"):
+            self.assertIn(key, fin["timings"])
+        # The daemon's spans (tokenize, stream_write) join the engine's after Finished.
+        trace = tandem("trace", "--socket", SOCKET, "--last", 1).stdout
+        problems = check_trace(trace, ["queue", "tokenize", "prefill_chunk", "decode_step",
+                                       "detokenize", "stream_write"])
+        self.assertEqual(problems, [], trace[:2000])
+        metrics = tandem("metrics", "--socket", SOCKET).stdout
+        self.assertEqual(check_prometheus(metrics, [
+            "tandem:time_to_first_token_seconds", "tandem:inter_token_latency_seconds",
+            "tandem:e2e_request_latency_seconds", "tandem:num_requests_running",
+            "tandem:num_requests_waiting", "tandem:kv_cache_usage_perc",
+            "tandem:request_success_total", "tandem:daemon_connections"]), [])
+        # The same text over HTTP; other paths and methods are refused.
+        url = f"http://127.0.0.1:{self.metrics_port()}"
+        with urllib.request.urlopen(url + "/metrics", timeout=10) as r:
+            self.assertEqual(r.status, 200)
+            self.assertTrue(r.headers["Content-Type"].startswith("text/plain"))
+            body = r.read().decode()
+        self.assertEqual(check_prometheus(body, ["tandem:time_to_first_token_seconds"]), [])
+        with self.assertRaises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(url + "/other", timeout=10)
+        self.assertEqual(e.exception.code, 404)
+        with self.assertRaises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(urllib.request.Request(url + "/metrics", data=b"x"), timeout=10)
+        self.assertEqual(e.exception.code, 405)
+        # Memory: the process's parts + other add up exactly; the KV pool is what --kv-pages set.
+        s = status()
+        self.assertEqual(check_memory(s), [])
+        cpu = s["memory"][0]
+        self.assertEqual(cpu["device"], "cpu")
+        kv = [p for p in cpu["parts"] if p["name"].startswith("kv pool")]
+        self.assertEqual(kv[0]["bytes"], s["pools"][0]["page_bytes"] * s["pools"][0]["total_pages"])
+        self.assertIn("--kv-pages", [x["setting"] for x in cpu["settings"]])
+        text = tandem("status", "--socket", SOCKET).stdout
+        self.assertIn("memory on cpu", text)
 
     def test_zz_sigterm_exits_zero(self):
         self.daemon.send_signal(signal.SIGTERM)

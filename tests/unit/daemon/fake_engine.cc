@@ -119,7 +119,7 @@ std::string FakeEngine::trace_json(std::optional<uint64_t> request_id, size_t la
   for (size_t i = first; i < spans_.size(); ++i) {
     const Span& sp = spans_[i];
     if (request_id && sp.id != *request_id) continue;
-    events.push_back({{"name", "request"},
+    events.push_back({{"name", sp.name},
                       {"ph", "X"},
                       {"pid", 1},
                       {"tid", sp.id},
@@ -127,6 +127,14 @@ std::string FakeEngine::trace_json(std::optional<uint64_t> request_id, size_t la
                       {"dur", sp.dur_us}});
   }
   return nlohmann::json{{"traceEvents", events}}.dump();
+}
+
+void FakeEngine::add_trace_spans(uint64_t request_id, const std::vector<tandem::Span>& spans) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const tandem::Span& s : spans) {
+    spans_.push_back(Span{request_id, double(s.start_ns) / 1e3, double(s.dur_ns) / 1e3, s.name});
+  }
+  while (spans_.size() > 1024) spans_.pop_front();
 }
 
 const Tokenizer& FakeEngine::tokenizer() const {

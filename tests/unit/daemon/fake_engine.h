@@ -39,6 +39,8 @@ class FakeEngine final : public Engine {
   std::string metrics_text() const override;
   // One complete ("X") event per finished request, tid = request id.
   std::string trace_json(std::optional<uint64_t> request_id, size_t last_n) const override;
+  // The daemon's spans become more X events on the request's row.
+  void add_trace_spans(uint64_t request_id, const std::vector<tandem::Span>& spans) override;
 
   // The daemon reaches tokenization through a PromptBuilder (fake_prompt_builder below).
   const Tokenizer& tokenizer() const override;
@@ -78,6 +80,7 @@ class FakeEngine final : public Engine {
   struct Span {
     uint64_t id;
     double start_us, dur_us;
+    std::string name = "request";
   };
   std::deque<Span> spans_;  // finished requests, oldest first (at most 1024)
   bool started_ = false;

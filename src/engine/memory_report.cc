@@ -1,0 +1,123 @@
+#include "engine/memory_report.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "engine/engine.h"
+#include "runner/runner.h"
+
+namespace tandem {
+
+namespace {
+
+std::string mib(int64_t bytes) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%.1f MiB", double(bytes) / double(1 << 20));
+  return buf;
+}
+
+// This process's virtual size (statm field 1, in pages).
+int64_t process_virtual_bytes() {
+  std::ifstream statm("/proc/self/statm");
+  int64_t pages = 0;
+  statm >> pages;
+  return pages * int64_t(sysconf(_SC_PAGESIZE));
+}
+
+int64_t host_available_bytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  int64_t kb = 0;
+  std::string unit;
+  while (meminfo >> key >> kb >> unit) {
+    if (key == "MemAvailable:") return kb * 1024;
+  }
+  return int64_t(sysconf(_SC_AVPHYS_PAGES)) * int64_t(sysconf(_SC_PAGESIZE));
+}
+
+std::string label(const RunnerRole& r) {
+  return r.stage.empty() ? r.role : r.role + ", " + r.stage;
+}
+
+}  // namespace
+
+std::vector<DeviceMemory> memory_report(const std::vector<RunnerRole>& runners,
+                                        const EngineOptions& o, int32_t max_model_len) {
+  std::map<std::string, std::vector<const RunnerRole*>> by_device;
+  for (const RunnerRole& r : runners) {
+    const std::string dev = r.runner->device();
+    by_device[is_device_name(dev, "cpu") ? "cpu" : dev].push_back(&r);
+  }
+  std::vector<DeviceMemory> out;
+  for (const auto& [device, roles] : by_device) {
+    DeviceMemory d;
+    d.device = device;
+    const bool cpu = device == "cpu";
+    int64_t used = 0;
+    auto add = [&](std::string name, int64_t bytes, std::string detail) {
+      if (bytes == 0 && name != "other") return;
+      d.parts.push_back({std::move(name), bytes, std::move(detail)});
+      used += bytes;
+    };
+    int64_t free_bytes = INT64_MAX;
+    for (const RunnerRole* r : roles) {
+      const MemoryPlan p = r->runner->memory_plan();
+      const std::string who = label(*r);
+      add("weights (" + who + ")", p.weights_bytes, mib(p.weights_bytes));
+      const int32_t pages = r->runner->num_pages();
+      add("kv pool (" + who + ")", p.kv_bytes,
+          std::to_string(pages) + " pages x " + mib(p.kv_page_bytes) + " (" +
+              std::to_string(r->runner->page_size()) + " tokens/page, K+V, all layers)");
+      add("activations (" + who + ")", p.activation_bytes,
+          "sized for --max-num-batched-tokens " + std::to_string(o.max_num_batched_tokens));
+      add("workspace (" + who + ")", p.workspace_bytes, "GEMM workspace, scratch, batch metadata");
+      add("cuda graphs (" + who + ")", p.graph_bytes, "captured decode graphs");
+      free_bytes = std::min(free_bytes, p.device_free_bytes);
+      if (!cpu) d.total_bytes = p.device_total_bytes;
+
+      // What the settings did here.
+      if (o.kv_pages > 0) {
+        d.settings.push_back(
+            {"--kv-pages", std::to_string(o.kv_pages), p.kv_bytes,
+             who + ": " + std::to_string(pages) + " pages x " + mib(p.kv_page_bytes)});
+      } else if (cpu) {
+        d.settings.push_back({"--kv-pages", "0", p.kv_bytes,
+                              who + ": default CPU KV budget " + mib(p.kv_budget_bytes) + " -> " +
+                                  std::to_string(pages) + " pages"});
+      } else {
+        char u[32];
+        std::snprintf(u, sizeof u, "%.2f", o.gpu_memory_utilization);
+        d.settings.push_back({"--gpu-memory-utilization", u, p.kv_bytes,
+                              who + ": " + u + " x " + mib(p.device_total_bytes) +
+                                  " minus what was in use left " + std::to_string(pages) +
+                                  " pages for KV"});
+      }
+      const int64_t pages_per_seq = (int64_t(max_model_len) + r->runner->page_size() - 1) /
+                                    std::max(1, r->runner->page_size());
+      d.settings.push_back(
+          {"max context", std::to_string(max_model_len), pages_per_seq * p.kv_page_bytes,
+           who + ": one sequence of max context holds " + std::to_string(pages_per_seq) +
+               " pages; the pool fits " +
+               std::to_string(pages / std::max<int64_t>(1, pages_per_seq)) + " of them"});
+    }
+    if (cpu) {
+      d.total_bytes = process_virtual_bytes();
+      d.free_bytes = 0;
+      d.host_available_bytes = host_available_bytes();
+      add("other", d.total_bytes - used, "code, heaps, thread stacks, mapped model files");
+    } else {
+      d.free_bytes = free_bytes == INT64_MAX ? 0 : free_bytes;
+      add("other", d.total_bytes - d.free_bytes - used,
+          "CUDA context, NCCL/transport buffers, other processes");
+    }
+    out.push_back(std::move(d));
+  }
+  return out;
+}
+
+}  // namespace tandem
