@@ -36,6 +36,10 @@ inline void add_engine_flags(CLI::App* cmd, EngineFlags& f) {
          "--spec", [&f](const std::string& v) { f.options.spec = v == "on"; },
          "on|off: speculative decoding with --draft")
       ->check(CLI::IsMember({"on", "off"}));
+  cmd->add_option_function<std::string>(
+         "--prefix-caching", [&f](const std::string& v) { f.options.prefix_caching = v == "on"; },
+         "on|off: share the KV pages of cached prompt prefixes (default on)")
+      ->check(CLI::IsMember({"on", "off"}));
 }
 
 // --device overrides both stage devices.
