@@ -32,6 +32,8 @@ std::vector<Setting> settings_of(DaemonConfig& c) {
       {"draft_max", &e.draft_max, "Most tokens the draft proposes per step"},
       {"draft_min", &e.draft_min, "Fewest tokens proposed when speculating at all"},
       {"spec_max_batch", &e.spec_max_batch, "No speculation above this decode batch"},
+      {"prefix_caching", &e.prefix_caching,
+       "Share the KV pages of cached prompt prefixes (on|off)"},
       {"socket", &c.socket_path, "Unix socket path; empty = $RUNTIME_DIRECTORY/tandemd.sock"},
       {"max_connections", &c.max_connections, "Client connections at once"},
       {"max_frame_bytes", &c.max_frame_bytes, "Largest request frame accepted"},
@@ -114,7 +116,7 @@ Status set_from_text(const Setting& s, const std::string& text, const std::strin
       } else if (text == "false" || text == "0" || text == "no" || text == "off") {
         *p = false;
       } else {
-        return bad_value(s, text, source, "true or false");
+        return bad_value(s, text, source, "true or false (on or off)");
       }
       return Status::Ok();
     }

@@ -296,7 +296,8 @@ Frame encode_status(uint64_t id, const DaemonStatus& s) {
   std::vector<fb::Offset<wire::PoolStatus>> pools;
   for (const PoolStatus& p : s.engine.pools) {
     pools.push_back(wire::CreatePoolStatusDirect(fbb, p.name.c_str(), p.device.c_str(), p.page_size,
-                                                 p.total_pages, p.used_pages, p.page_bytes));
+                                                 p.total_pages, p.used_pages, p.page_bytes,
+                                                 p.cached_pages));
   }
   std::vector<fb::Offset<wire::DeviceMemory>> memory;
   for (const DeviceMemory& d : s.engine.memory) {
@@ -380,7 +381,8 @@ DaemonStatus decode_status(const wire::StatusReply& r) {
   if (r.pools()) {
     for (const auto* p : *r.pools()) {
       s.engine.pools.push_back(PoolStatus{str(p->name()), str(p->device()), p->page_size(),
-                                          p->total_pages(), p->used_pages(), p->page_bytes()});
+                                          p->total_pages(), p->used_pages(), p->page_bytes(),
+                                          p->cached_pages()});
     }
   }
   s.connections = r.connections();
@@ -427,6 +429,7 @@ nlohmann::ordered_json status_json(const DaemonStatus& s) {
                           {"page_size", p.page_size},
                           {"total_pages", p.total_pages},
                           {"used_pages", p.used_pages},
+                          {"cached_pages", p.cached_pages},
                           {"free_pages", p.total_pages - p.used_pages},
                           {"page_bytes", p.page_bytes}});
   }

@@ -21,8 +21,9 @@ void print_status(const daemon::DaemonStatus& s) {
       s.engine.running, s.engine.waiting, static_cast<long long>(s.engine.finished));
   for (const PoolStatus& p : s.engine.pools) {
     const double mib = double(p.page_bytes) * p.total_pages / (1 << 20);
-    std::printf("kv pool     %-6s on %-7s %d/%d pages used (%d tokens/page, %.1f MiB)\n",
-                p.name.c_str(), p.device.c_str(), p.used_pages, p.total_pages, p.page_size, mib);
+    std::printf("kv pool     %-6s on %-7s %d/%d pages used, %d cached (%d tokens/page, %.1f MiB)\n",
+                p.name.c_str(), p.device.c_str(), p.used_pages, p.total_pages, p.cached_pages,
+                p.page_size, mib);
   }
   auto mb = [](int64_t b) { return double(b) / (1 << 20); };
   for (const DeviceMemory& d : s.engine.memory) {

@@ -41,6 +41,10 @@ inline void add_engine_flags(CLI::App* cmd, EngineFlags& f) {
          "--trace", [&f](const std::string& v) { f.options.trace = v == "on"; },
          "on|off: per-request stage spans (default on)")
       ->check(CLI::IsMember({"on", "off"}));
+  cmd->add_option_function<std::string>(
+         "--prefix-caching", [&f](const std::string& v) { f.options.prefix_caching = v == "on"; },
+         "on|off: share the KV pages of cached prompt prefixes (default on)")
+      ->check(CLI::IsMember({"on", "off"}));
 }
 
 // --device overrides both stage devices.

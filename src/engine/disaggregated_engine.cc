@@ -42,10 +42,22 @@ DisaggregatedEngine::DisaggregatedEngine(const EngineOptions& options, ModelDir 
       int32_t(std::min<int64_t>(model_.config.vocab_size, tokenizer_.vocab_size()));
   prefill_runner_->set_valid_vocab(valid_vocab);
   decode_runner_->set_valid_vocab(valid_vocab);
+  if (options.prefix_caching) {
+    prefix_cache_.emplace(PrefixHasher::with_random_key(kv_identity(model_)), page_size_);
+    prefill_scheduler_.prefix_cache = &*prefix_cache_;
+  }
   // Handshake: a prompt starts prefilling only once its whole KV has a place on the decode stage.
+  // Leading pages the decode pool caches for this prefix are shared there and not shipped.
   prefill_scheduler_.admit = [this](Sequence& seq) {
     std::lock_guard lock(pool_mu_);
-    return seq.pages.reserve(decode_pool_, int64_t(seq.tokens.size()), page_size_);
+    const int64_t present =
+        prefix_cache_ ? prefix_cache_->match(seq, seq.pages, decode_pool_) : int64_t(0);
+    if (!seq.pages.reserve(decode_pool_, int64_t(seq.tokens.size()), page_size_)) {
+      seq.pages.release_all(decode_pool_);
+      return false;
+    }
+    seq.ship_from_page = int32_t(present / page_size_);
+    return true;
   };
   // The decode stage takes only sequences whose KV arrived; a sequence it just preempted
   // (num_computed == 0) is on its way back to the prefill stage.
@@ -94,18 +106,20 @@ EngineStatus DisaggregatedEngine::status() const {
   s.running = decoding_count_.load() + prefilling_count_.load();
   s.waiting = waiting_count_.load();
   s.finished = finished_count_.load();
-  auto pool = [](const char* name, ModelRunner& r, int32_t used) {
+  auto pool = [](const char* name, ModelRunner& r, int32_t used, int32_t cached) {
     PoolStatus p;
     p.name = name;
     p.device = r.device();
     p.page_size = r.page_size();
     p.total_pages = r.num_pages();
     p.used_pages = used;
+    p.cached_pages = cached;
     p.page_bytes = r.memory_plan().kv_bytes / std::max<int32_t>(1, r.num_pages());
     return p;
   };
-  s.pools.push_back(pool("target.prefill", *prefill_runner_, prefill_used_.load()));
-  s.pools.push_back(pool("target", *decode_runner_, decode_used_.load()));
+  s.pools.push_back(
+      pool("target.prefill", *prefill_runner_, prefill_used_.load(), prefill_cached_.load()));
+  s.pools.push_back(pool("target", *decode_runner_, decode_used_.load(), decode_cached_.load()));
   s.memory = memory_report(
       {{"target", "prefill", prefill_runner_.get()}, {"target", "decode", decode_runner_.get()}},
       options_, max_model_len_);
@@ -200,16 +214,19 @@ void DisaggregatedEngine::prefill_take_inbox() {
   }
 }
 
-void DisaggregatedEngine::ship_chunk(Sequence& seq, int64_t begin, int64_t end) {
-  // The pages this chunk wrote; a page it shares with the previous chunk goes again.
+void DisaggregatedEngine::ship_chunk(Sequence& seq, int64_t end) {
+  // The pages written since the last chunk that the decode stage lacks: a page this chunk shares
+  // with the previous one goes again; pages the decode stage already cached never go (the first
+  // chunk also carries prefix pages the prefill stage took from its own cache).
   ShipOrder order;
   order.src = &prefill_view_;
   order.dst = &decode_view_;
   order.layer_begin = 0;
   order.layer_end = prefill_view_.num_layers();
-  for (int64_t p = begin / page_size_; p * page_size_ < end; ++p) {
+  for (int64_t p = seq.ship_from_page; p * page_size_ < end; ++p) {
     order.pages.push_back({seq.prefill_pages.pages[size_t(p)], seq.pages.pages[size_t(p)]});
   }
+  seq.ship_from_page = std::max(seq.ship_from_page, int32_t(end / page_size_));
   auto& entry = [&]() -> Shipping& {
     for (Shipping& s : shipping_) {
       if (s.seq == &seq) return s;
@@ -217,6 +234,8 @@ void DisaggregatedEngine::ship_chunk(Sequence& seq, int64_t begin, int64_t end) 
     shipping_.push_back(Shipping{&seq, {}, std::nullopt});
     return shipping_.back();
   }();
+  if (order.pages.empty()) return;  // all of it is cached on the decode stage already
+  telemetry_.metrics.kv_ship_pages += uint64_t(order.pages.size());
   Span span;
   span.name = "kv_ship";
   span.track = Track::kTransport;
@@ -291,6 +310,8 @@ bool DisaggregatedEngine::prefill_step() {
   prefill_take_inbox();
   poll_shipping();
   SchedulePlan plan = prefill_scheduler_.schedule(prefill_waiting_, prefilling_, prefill_pool_);
+  telemetry_.metrics.prefix_cache_queries += uint64_t(plan.cache_query_tokens);
+  telemetry_.metrics.prefix_cache_hits += uint64_t(plan.cache_hit_tokens);
   for (Sequence* seq : plan.preempted) {  // out of prefill pages: it starts over later
     drop_shipping(seq);
     std::lock_guard lock(pool_mu_);
@@ -303,13 +324,13 @@ bool DisaggregatedEngine::prefill_step() {
     prefill_runner_->forward(batch.view());
     const std::vector<int32_t> sampled = sample_step(*prefill_runner_, batch);
     trace_step(plan.batch, Track::kPrefill, Track::kPrefill, t0, trace_now_ns());
-    std::vector<int64_t> begins;
-    for (const ScheduledSeq& s : plan.batch) begins.push_back(s.seq->num_computed);
     commit_step(plan.batch, &Sequence::prefill_pages);
-    for (size_t i = 0; i < plan.batch.size(); ++i) {
-      Sequence& seq = *plan.batch[i].seq;
+    for (const ScheduledSeq& s : plan.batch) {
+      Sequence& seq = *s.seq;
       seq.pages.num_tokens = seq.num_computed;
-      ship_chunk(seq, begins[i], seq.num_computed);
+      if (prefix_cache_)
+        prefix_cache_->commit(seq, seq.prefill_pages, prefill_pool_, seq.num_computed);
+      ship_chunk(seq, seq.num_computed);
     }
     const auto now = Clock::now();
     for (size_t i = 0; i < batch.sampling.size(); ++i) {
@@ -328,6 +349,7 @@ bool DisaggregatedEngine::prefill_step() {
     poll_shipping();
   }
   prefill_used_.store(prefill_pool_.used_pages());
+  prefill_cached_.store(prefill_pool_.cached_pages());
   prefilling_count_.store(int32_t(prefilling_.size() + shipping_.size()));
   waiting_count_.store(int32_t(prefill_waiting_.size()));
   return did;
@@ -380,6 +402,12 @@ bool DisaggregatedEngine::decode_step() {
     const std::vector<int32_t> sampled = sample_step(*decode_runner_, batch);
     trace_step(plan.batch, Track::kDecode, Track::kDecode, t0, trace_now_ns());
     commit_step(plan.batch, &Sequence::pages);
+    if (prefix_cache_) {  // the pages landed (the sequence is here) or were written here
+      std::lock_guard lock(pool_mu_);
+      for (const ScheduledSeq& s : plan.batch) {
+        prefix_cache_->commit(*s.seq, s.seq->pages, decode_pool_, s.seq->num_computed);
+      }
+    }
     const auto now = Clock::now();
     for (size_t i = 0; i < batch.sampling.size(); ++i) {
       Sequence& seq = *batch.sampling[i];
@@ -392,6 +420,7 @@ bool DisaggregatedEngine::decode_step() {
   {
     std::lock_guard lock(pool_mu_);
     decode_used_.store(decode_pool_.used_pages());
+    decode_cached_.store(decode_pool_.cached_pages());
   }
   return did;
 }

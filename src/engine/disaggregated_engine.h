@@ -4,8 +4,11 @@
 // by pool_mu_), the hand-off queues, and the request table.
 //
 // Handshake: before a prompt's first chunk, the prefill stage reserves the request's pages in
-// the decode pool (admission fails until they fit). After each chunk it ships the pages that
-// chunk wrote (prefill page i -> decode page i). The first token is sampled on the prefill stage
+// the decode pool (admission fails until they fit); with prefix caching it first shares the
+// leading pages the decode pool already caches for this prefix, and those are never shipped.
+// After each chunk it ships the pages that chunk wrote (prefill page i -> decode page i), plus,
+// with the first chunk, prefix pages the prefill stage took from its own cache that the decode
+// stage lacks. The first token is sampled on the prefill stage
 // from the last chunk's logits (they are already there; shipping logits or recomputing the last
 // position on the decode stage would cost more) and travels with the KV; the decode stage admits
 // the request once every transfer of it has landed.
@@ -24,6 +27,7 @@
 
 #include "chat/chat_template.h"
 #include "engine/engine.h"
+#include "engine/prefix_cache.h"
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
 #include "engine/step.h"
@@ -80,7 +84,7 @@ class DisaggregatedEngine final : public Engine {
   };
 
   void prefill_take_inbox();
-  void ship_chunk(Sequence& seq, int64_t begin, int64_t end);
+  void ship_chunk(Sequence& seq, int64_t end);
   void poll_shipping();
   void drop_shipping(Sequence* seq);
   void decode_take_handoff();
@@ -102,6 +106,7 @@ class DisaggregatedEngine final : public Engine {
   KvPoolView decode_view_;
   int32_t max_model_len_ = 0;
   int32_t page_size_ = 16;
+  std::optional<PrefixCache> prefix_cache_;  // one hasher for both pools: their hashes agree
 
   // Prefill stage (its thread only).
   PagePool prefill_pool_;
@@ -136,6 +141,8 @@ class DisaggregatedEngine final : public Engine {
   std::atomic<int32_t> waiting_count_{0};
   std::atomic<int32_t> prefill_used_{0};
   std::atomic<int32_t> decode_used_{0};
+  std::atomic<int32_t> prefill_cached_{0};
+  std::atomic<int32_t> decode_cached_{0};
   std::atomic<int64_t> finished_count_{0};
   mutable Telemetry telemetry_;
 };

@@ -38,6 +38,7 @@ struct EngineOptions {
   int32_t max_queue = 1024;               // waiting requests before kOverloaded
   int32_t threads = 0;                    // CPU runner threads; 0 = all cores
   bool trace = true;                      // --trace on|off: per-request spans and the ring
+  bool prefix_caching = true;             // --prefix-caching on|off: share cached prompt pages
   // Speculative decoding (with draft_dir).
   bool spec = true;             // --spec on|off
   int32_t draft_max = 4;        // --draft-max: most tokens proposed per step
@@ -55,8 +56,9 @@ struct PoolStatus {
   std::string device;
   int32_t page_size = 0;
   int32_t total_pages = 0;
-  int32_t used_pages = 0;
+  int32_t used_pages = 0;  // referenced by a request
   int64_t page_bytes = 0;
+  int32_t cached_pages = 0;  // free but holding a cached prefix (reclaimable; not in used_pages)
 };
 
 struct EngineStatus {

@@ -33,6 +33,11 @@ LocalEngine::LocalEngine(const EngineOptions& options, ModelDir model, Tokenizer
                                           valid_vocab_);
   }
   runner_->set_valid_vocab(valid_vocab_);
+  // The draft's pool has no prefix cache: it catches up lazily over every token (SpecDecoder).
+  if (options.prefix_caching) {
+    prefix_cache_.emplace(PrefixHasher::with_random_key(kv_identity(model_)), runner_->page_size());
+    scheduler_.prefix_cache = &*prefix_cache_;
+  }
 }
 
 LocalEngine::~LocalEngine() {
@@ -90,6 +95,7 @@ EngineStatus LocalEngine::status() const {
   pool.page_size = runner_->page_size();
   pool.total_pages = runner_->num_pages();
   pool.used_pages = used_pages_.load();
+  pool.cached_pages = cached_pages_.load();
   pool.page_bytes = runner_->memory_plan().kv_bytes / std::max<int32_t>(1, runner_->num_pages());
   s.pools.push_back(pool);
   std::vector<RunnerRole> roles = {{"target", "", runner_.get()}};
@@ -154,11 +160,14 @@ void LocalEngine::publish_counts() {
   waiting_count_.store(int32_t(waiting_.size()));
   used_pages_.store(pool_.used_pages());
   if (draft_) draft_used_pages_.store(draft_->pool->used_pages());
+  cached_pages_.store(pool_.cached_pages());
 }
 
 bool LocalEngine::step() {
   take_inbox();
   SchedulePlan plan = scheduler_.schedule(waiting_, running_, pool_);
+  telemetry_.metrics.prefix_cache_queries += uint64_t(plan.cache_query_tokens);
+  telemetry_.metrics.prefix_cache_hits += uint64_t(plan.cache_hit_tokens);
   for (Sequence* seq : plan.preempted) {
     seq->preemptions++;
     if (spec_) spec_->release(*seq);
@@ -186,6 +195,11 @@ bool LocalEngine::step() {
     const std::vector<int32_t> sampled = sample_step(*runner_, batch);
     trace_step(plain, Track::kPrefill, Track::kDecode, t0, trace_now_ns());
     commit_step(plain, &Sequence::pages);
+    if (prefix_cache_) {
+      for (const ScheduledSeq& s : plain) {
+        prefix_cache_->commit(*s.seq, s.seq->pages, pool_, s.seq->num_computed);
+      }
+    }
     const auto now = Clock::now();
     for (size_t i = 0; i < batch.sampling.size(); ++i) {
       Sequence& seq = *batch.sampling[i];
@@ -247,6 +261,7 @@ void LocalEngine::run_speculative(std::span<Sequence* const> seqs) {
       finish(&seq, *reason, std::nullopt);
     } else {
       spec_->commit(seq, n, pool_, runner_->page_size());
+      if (prefix_cache_) prefix_cache_->commit(seq, seq.pages, pool_, seq.num_computed);
     }
   }
 }

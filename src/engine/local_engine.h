@@ -16,6 +16,7 @@
 
 #include "chat/chat_template.h"
 #include "engine/engine.h"
+#include "engine/prefix_cache.h"
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
 #include "engine/spec_decoder.h"
@@ -78,6 +79,7 @@ class LocalEngine final : public Engine {
   // Owned by the worker (or by run_until_idle's caller).
   PagePool pool_;
   FcfsScheduler scheduler_;
+  std::optional<PrefixCache> prefix_cache_;  // set with --prefix-caching on
   std::unordered_map<uint64_t, std::unique_ptr<Sequence>> seqs_;
   std::deque<Sequence*> waiting_;
   std::vector<Sequence*> running_;
@@ -97,6 +99,7 @@ class LocalEngine final : public Engine {
   std::atomic<int32_t> waiting_count_{0};
   std::atomic<int32_t> used_pages_{0};
   std::atomic<int32_t> draft_used_pages_{0};
+  std::atomic<int32_t> cached_pages_{0};
   std::atomic<int64_t> finished_count_{0};
   mutable Telemetry telemetry_;
 };

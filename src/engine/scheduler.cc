@@ -63,11 +63,24 @@ SchedulePlan FcfsScheduler::schedule(std::deque<Sequence*>& waiting,
   // a large prompt at the head is not starved by small ones behind it).
   while (!waiting.empty() && budget > 0 && int32_t(running.size()) < config_.max_num_seqs) {
     Sequence* seq = waiting.front();
+    BlockTable& table = seq->*table_;
+    int64_t hit = 0;
+    if (prefix_cache && table.pages.empty() && seq->num_computed == 0) {
+      hit = prefix_cache->match(*seq, table, pool);
+      seq->num_computed = hit;
+    }
     const int32_t n = tokens_for(*seq, budget);
-    if (!(seq->*table_).reserve(pool, seq->num_computed + n, config_.page_size)) break;
-    if (admit && !admit(*seq)) {
-      (seq->*table_).release_all(pool);
+    const bool fits = table.reserve(pool, seq->num_computed + n, config_.page_size);
+    if (!fits || (admit && !admit(*seq))) {
+      if (!fits && hit == 0) break;  // reserve takes nothing when it fails
+      table.release_all(pool);
+      if (hit > 0) seq->num_computed = 0;
       break;
+    }
+    if (prefix_cache) {
+      seq->cached_tokens = hit;
+      plan.cache_query_tokens += int64_t(seq->tokens.size());
+      plan.cache_hit_tokens += hit;
     }
     waiting.pop_front();
     running.push_back(seq);

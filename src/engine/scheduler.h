@@ -8,6 +8,7 @@
 #include <functional>
 #include <vector>
 
+#include "engine/prefix_cache.h"
 #include "engine/sequence.h"
 #include "kv/page_pool.h"
 
@@ -28,6 +29,9 @@ struct ScheduledSeq {
 struct SchedulePlan {
   std::vector<ScheduledSeq> batch;
   std::vector<Sequence*> preempted;  // pages released; moved back to `waiting`
+  // Prefix cache lookups of the sequences admitted this step (tokens).
+  int64_t cache_query_tokens = 0;  // their token counts
+  int64_t cache_hit_tokens = 0;    // of which found in the cache
 };
 
 class FcfsScheduler {
@@ -47,6 +51,9 @@ class FcfsScheduler {
   // Extra admission gate for waiting sequences (the prefill stage reserves the request's pages on
   // the decode stage here); returning false stops admission for this step.
   std::function<bool(Sequence&)> admit;
+  // When set, a waiting sequence that holds no pages first shares its cached leading pages and
+  // starts computing after them.
+  const PrefixCache* prefix_cache = nullptr;
 
  private:
   int32_t tokens_for(const Sequence& seq, int32_t budget) const;

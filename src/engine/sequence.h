@@ -38,6 +38,13 @@ struct Sequence {
   BlockTable pages;          // in the decode stage's pool (the only pool on one device)
   BlockTable prefill_pages;  // in the prefill stage's pool, while a two-stage prefill runs
 
+  // Prefix caching (engine/prefix_cache.h).
+  std::vector<uint64_t> page_hashes;  // [full pages of tokens] hash chain, extended lazily
+  int64_t cached_tokens = 0;          // tokens taken from the cache when last admitted
+  // Two stages: the first decode page not yet valid on the decode stage (pages before it were
+  // there already, or shipped). The next chunk ships from it.
+  int32_t ship_from_page = 0;
+
   ResolvedSampling params;
   SamplingRng rng;
   std::unique_ptr<IncrementalDetokenizer> detok;

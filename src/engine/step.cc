@@ -108,7 +108,8 @@ void Telemetry::on_finish(Sequence& seq, const FinishEvent& ev) {
 
 std::string Telemetry::metrics_text(const EngineStatus& s) {
   GaugeValues g{s.running, s.waiting, {}};
-  for (const PoolStatus& p : s.pools) g.pools.push_back({p.name, p.used_pages, p.total_pages});
+  for (const PoolStatus& p : s.pools)
+    g.pools.push_back({p.name, p.used_pages, p.cached_pages, p.total_pages});
   return render_prometheus(metrics, g);
 }
 

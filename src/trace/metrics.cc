@@ -88,12 +88,16 @@ std::string render_prometheus(EngineMetrics& m, const GaugeValues& g) {
     out += "tandem:kv_cache_usage_perc{pool=\"" + p.name + "\"} " +
            num(p.total ? double(p.used) / double(p.total) : 0.0) + "\n";
   }
-  header(out, "tandem:kv_cache_pages", "gauge", "KV pages per pool, by state.");
+  header(out, "tandem:kv_cache_pages", "gauge",
+         "KV pages per pool, by state: used (referenced), cached (free, holding a cached prefix, "
+         "reclaimable), free.");
   for (const auto& p : g.pools) {
     out += "tandem:kv_cache_pages{pool=\"" + p.name + "\",state=\"used\"} " +
            std::to_string(p.used) + "\n";
+    out += "tandem:kv_cache_pages{pool=\"" + p.name + "\",state=\"cached\"} " +
+           std::to_string(p.cached) + "\n";
     out += "tandem:kv_cache_pages{pool=\"" + p.name + "\",state=\"free\"} " +
-           std::to_string(p.total - p.used) + "\n";
+           std::to_string(p.total - p.used - p.cached) + "\n";
   }
   m.ttft.render(out, "tandem:time_to_first_token_seconds", "Time to first token.");
   m.itl.render(out, "tandem:inter_token_latency_seconds", "Time per output token after the first.");
@@ -104,6 +108,7 @@ std::string render_prometheus(EngineMetrics& m, const GaugeValues& g) {
   m.kv_ship_time.render(out, "tandem:kv_ship_exposed_seconds",
                         "KV transfer time after the last prefill chunk (not hidden by compute).");
   counter(out, "tandem:kv_ship_bytes_total", "KV bytes shipped between stages.", m.kv_ship_bytes);
+  counter(out, "tandem:kv_ship_pages_total", "KV pages shipped between stages.", m.kv_ship_pages);
   counter(out, "tandem:prompt_tokens_total", "Prompt tokens processed.", m.prompt_tokens);
   counter(out, "tandem:generation_tokens_total", "Tokens generated.", m.generation_tokens);
   counter(out, "tandem:num_preemptions_total", "Sequences preempted (recomputed later).",
@@ -113,6 +118,10 @@ std::string render_prometheus(EngineMetrics& m, const GaugeValues& g) {
           m.spec_draft_tokens);
   counter(out, "tandem:spec_decode_num_accepted_tokens_total", "Draft tokens accepted.",
           m.spec_accepted_tokens);
+  counter(out, "tandem:prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.",
+          m.prefix_cache_queries);
+  counter(out, "tandem:prefix_cache_hits_total", "Prompt tokens found in the prefix cache.",
+          m.prefix_cache_hits);
   std::lock_guard lock(m.finished_mu);
   header(out, "tandem:spec_decode_num_accepted_tokens_per_pos", "counter",
          "Draft tokens accepted, by position in the proposal (0 = first).");

@@ -37,12 +37,15 @@ struct EngineMetrics {
   Histogram decode_time;   // seconds
   Histogram kv_ship_time;  // seconds, exposed after the last chunk
   std::atomic<uint64_t> kv_ship_bytes{0};
+  std::atomic<uint64_t> kv_ship_pages{0};
   std::atomic<uint64_t> prompt_tokens{0};
   std::atomic<uint64_t> generation_tokens{0};
   std::atomic<uint64_t> preemptions{0};
   std::atomic<uint64_t> spec_drafts{0};
   std::atomic<uint64_t> spec_draft_tokens{0};
   std::atomic<uint64_t> spec_accepted_tokens{0};
+  std::atomic<uint64_t> prefix_cache_queries{0};  // tokens of admitted prompts looked up
+  std::atomic<uint64_t> prefix_cache_hits{0};     // of which found in the cache
   std::mutex finished_mu;
   std::map<std::string, uint64_t> finished;     // by finish reason
   std::vector<uint64_t> accepted_per_position;  // [draft_max], guarded by finished_mu
@@ -57,6 +60,7 @@ struct GaugeValues {
   struct Pool {
     std::string name;
     int32_t used = 0;
+    int32_t cached = 0;  // free but holding a cached prefix
     int32_t total = 0;
   };
   std::vector<Pool> pools;

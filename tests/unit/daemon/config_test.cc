@@ -115,3 +115,32 @@ TEST_CASE("--print-config output reads back to the same settings") {
 
 }  // namespace
 }  // namespace tandem::daemon
+
+namespace tandem::daemon {
+namespace {
+
+TEST_CASE("--prefix-caching: on by default, off by flag text, environment or file") {
+  DaemonConfig c;
+  CHECK(c.engine.prefix_caching);
+  auto list = settings_of(c);
+  CHECK(flag_name(find(list, "prefix_caching")) == "--prefix-caching");
+  CHECK(env_name(find(list, "prefix_caching")) == "TANDEM_PREFIX_CACHING");
+  REQUIRE(set_from_text(find(list, "prefix_caching"), "off", "--prefix-caching").ok());
+  CHECK_FALSE(c.engine.prefix_caching);
+  REQUIRE(set_from_text(find(list, "prefix_caching"), "on", "--prefix-caching").ok());
+  CHECK(c.engine.prefix_caching);
+  auto bad = set_from_text(find(list, "prefix_caching"), "sometimes", "--prefix-caching");
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.error().message.find("--prefix-caching") != std::string::npos);
+  setenv("TANDEM_PREFIX_CACHING", "off", 1);
+  REQUIRE(apply_environment(c).ok());
+  CHECK_FALSE(c.engine.prefix_caching);
+  unsetenv("TANDEM_PREFIX_CACHING");
+  DaemonConfig f;
+  REQUIRE(
+      apply_toml_file(f, write_temp("tandemd_cfg_prefix.toml", "prefix_caching = false\n")).ok());
+  CHECK_FALSE(f.engine.prefix_caching);
+}
+
+}  // namespace
+}  // namespace tandem::daemon

@@ -224,12 +224,14 @@ TEST_CASE("replies round-trip: finished, status, error") {
   DaemonStatus st;
   st.state = "serving";
   st.engine.running = 2;
-  st.engine.pools.push_back(PoolStatus{"target", "cpu", 16, 100, 9, 4096});
+  st.engine.pools.push_back(PoolStatus{"target", "cpu", 16, 100, 9, 4096, 30});
   auto sb = bytes_of(encode_status(1, st));
   DaemonStatus sback = decode_status(*(*verify_reply(sb))->body_as_StatusReply());
   CHECK(sback.engine.running == 2);
   REQUIRE(sback.engine.pools.size() == 1);
-  CHECK(status_json(sback)["pools"][0]["free_pages"] == 91);
+  CHECK(status_json(sback)["pools"][0]["free_pages"] == 91);  // cached pages are free too
+  CHECK(status_json(sback)["pools"][0]["cached_pages"] == 30);
+  CHECK(sback.engine.pools[0].page_bytes == 4096);
 
   for (int c = 0; c <= int(ErrorCode::kInternal); ++c) {
     CHECK(from_wire(to_wire(ErrorCode(c))) == ErrorCode(c));
