@@ -27,11 +27,13 @@ DisaggregatedEngine::DisaggregatedEngine(const EngineOptions& options, ModelDir 
       prefill_pool_(prefill_runner_->num_pages()),
       prefill_scheduler_(SchedulerConfig{options.max_num_seqs, options.max_num_batched_tokens,
                                          options.prefill_chunk, prefill_runner_->page_size()},
-                         &Sequence::prefill_pages),
+                         &Sequence::prefill_pages,
+                         make_scheduling_policy(options.scheduling_policy).value()),
       decode_pool_(decode_runner_->num_pages()),
       decode_scheduler_(SchedulerConfig{options.max_num_seqs, options.max_num_seqs,
                                         options.prefill_chunk, decode_runner_->page_size()},
-                        &Sequence::pages) {
+                        &Sequence::pages,
+                        make_scheduling_policy(options.scheduling_policy).value()) {
   TANDEM_CHECK(prefill_runner_->page_size() == decode_runner_->page_size());
   max_model_len_ =
       options.max_model_len > 0
@@ -176,12 +178,7 @@ void DisaggregatedEngine::prefill_take_inbox() {
     std::lock_guard lock(mu_);
     incoming.swap(prefill_inbox_);
   }
-  for (Sequence* seq : incoming) {
-    auto pos =
-        std::find_if(prefill_waiting_.begin(), prefill_waiting_.end(),
-                     [&](const Sequence* w) { return w->arrival_order > seq->arrival_order; });
-    prefill_waiting_.insert(pos, seq);
-  }
+  for (Sequence* seq : incoming) prefill_scheduler_.enqueue(prefill_waiting_, seq);
   std::unordered_set<Sequence*> owned(prefill_waiting_.begin(), prefill_waiting_.end());
   owned.insert(prefilling_.begin(), prefilling_.end());
   for (const Shipping& s : shipping_) owned.insert(s.seq);
@@ -276,6 +273,7 @@ bool DisaggregatedEngine::prefill_step() {
   poll_shipping();
   SchedulePlan plan = prefill_scheduler_.schedule(prefill_waiting_, prefilling_, prefill_pool_);
   for (Sequence* seq : plan.preempted) {  // out of prefill pages: it starts over later
+    seq->preemptions++;
     drop_shipping(seq);
     std::lock_guard lock(pool_mu_);
     seq->pages.release_all(decode_pool_);
@@ -325,7 +323,7 @@ void DisaggregatedEngine::decode_take_handoff() {
     std::lock_guard lock(mu_);
     incoming.swap(decode_inbox_);
   }
-  for (Sequence* seq : incoming) decode_waiting_.push_back(seq);
+  for (Sequence* seq : incoming) decode_scheduler_.enqueue(decode_waiting_, seq);
   std::unordered_set<Sequence*> owned(decode_waiting_.begin(), decode_waiting_.end());
   owned.insert(decoding_.begin(), decoding_.end());
   for (uint64_t id : take_cancels_for(owned)) {

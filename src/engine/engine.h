@@ -35,6 +35,8 @@ struct EngineOptions {
   int32_t max_model_len = 0;              // 0 = the model's max_position_embeddings
   int32_t max_queue = 1024;               // waiting requests before kOverloaded
   int32_t threads = 0;                    // CPU runner threads; 0 = all cores
+  // Admission order and preemption victims (engine/scheduling_policy.h): "fcfs".
+  std::string scheduling_policy = "fcfs";
   // Speculative decoding (with draft_dir).
   bool spec = true;             // --spec on|off
   int32_t draft_max = 4;        // --draft-max: most tokens proposed per step
