@@ -389,8 +389,11 @@ void DisaggregatedEngine::stage_loop(bool prefill) {
   while (true) {
     const bool did = prefill ? prefill_step() : decode_step();
     if (did) continue;
-    const bool local_work = prefill ? (!prefilling_.empty() || !shipping_.empty())
-                                    : !decoding_.empty() || !decode_waiting_.empty();
+    // Waiting prompts count: they wait for pages the other stage frees (decode pages reserved
+    // by the handshake), and nothing wakes this stage when that happens.
+    const bool local_work =
+        prefill ? (!prefilling_.empty() || !shipping_.empty() || !prefill_waiting_.empty())
+                : !decoding_.empty() || !decode_waiting_.empty();
     std::unique_lock lock(mu_);
     if (stopping_ && seqs_.empty()) return;
     if (local_work) {
