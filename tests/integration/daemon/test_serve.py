@@ -14,6 +14,7 @@ import sys
 import tempfile
 import time
 import unittest
+import xml.etree.ElementTree as ET
 
 TANDEMD = sys.argv.pop(1)
 TANDEM = sys.argv.pop(1)
@@ -197,9 +198,10 @@ class BenchServe:
             self.assertLessEqual(r["ttft_ms"]["p99"], r["e2e_ms"]["p99"] + 1e-6)
         with open(out_svg) as f:
             svg = f.read()
-        self.assertTrue(svg.startswith("<svg"))
+        root = ET.fromstring(svg)  # well-formed XML
+        self.assertEqual(root.tag, "{http://www.w3.org/2000/svg}svg")
         self.assertIn("TTFT", svg)
-        self.assertIn("</svg>", svg)
+        self.assertGreaterEqual(svg.count("<polyline"), 4 * 3 + 2)  # 4 latencies x p50/90/99 + 2
         # An SLO nobody meets: goodput is zero while throughput is not.
         tight = tandem("bench", "serve", "--socket", self.daemon.socket, "--rates", "inf",
                        "--num-prompts", 3, "--input-len", 20, "--output-len", 4, "--len-sigma", 0,
