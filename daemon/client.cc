@@ -122,6 +122,7 @@ Result<GenerateResult> generate(Client& client, uint64_t id, const PromptInput& 
       case wire::ReplyBody::TokenEvent: {
         const wire::TokenEvent& ev = *reply.body_as_TokenEvent();
         if (ev.ids()) result.ids.insert(result.ids.end(), ev.ids()->begin(), ev.ids()->end());
+        if (options.on_ids && ev.ids() && ev.ids()->size() > 0) options.on_ids(ev.ids()->size());
         if (ev.text() && ev.text()->size() > 0) {
           result.text += ev.text()->str();
           if (options.on_text) options.on_text(ev.text()->str());

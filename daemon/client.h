@@ -50,6 +50,7 @@ struct GenerateOptions {
   bool stream = true;
   bool max_tokens_set = true;
   std::function<void(const std::string&)> on_text;  // every text delta, as it arrives
+  std::function<void(size_t)> on_ids;  // every token event with ids, as it arrives (benchmarks)
 };
 
 // Sends one Generate and reads until its Finished (other replies are an error here). An Error

@@ -27,6 +27,7 @@ std::vector<Setting> settings_of(DaemonConfig& c) {
       {"prefill_chunk", &e.prefill_chunk, "Prompt tokens per prefill chunk"},
       {"max_model_len", &e.max_model_len, "Longest sequence; 0 = the model's"},
       {"max_queue", &e.max_queue, "Waiting requests before new ones are refused"},
+      {"scheduling_policy", &e.scheduling_policy, "Admission order and preemption victims: fcfs"},
       {"threads", &e.threads, "CPU runner threads; 0 = all cores"},
       {"spec", &e.spec, "Speculative decoding with the draft model"},
       {"draft_max", &e.draft_max, "Most tokens the draft proposes per step"},

@@ -15,6 +15,7 @@ namespace tandem::cli {
 void register_bench(CLI::App& app, int& exit_code) {
   auto* bench = app.add_subcommand("bench", "Benchmarks");
   bench->require_subcommand(1);
+  register_bench_serve(*bench, exit_code);
   auto* lat = bench->add_subcommand("latency", "Prefill and decode latency of one batch");
   struct Flags {
     std::string model, device = "cuda:0";

@@ -17,7 +17,9 @@ void register_chat(CLI::App& app, int& exit_code);
 void register_status(CLI::App& app, int& exit_code);
 void register_health(CLI::App& app, int& exit_code);
 
-// Benchmarks (tools/cmd_bench.cc): `tandem bench latency|...`.
+// Benchmarks (tools/cmd_bench.cc): `tandem bench latency|...`; `bench serve` is
+// tools/cmd_bench_serve.cc, registered on the `bench` subcommand.
 void register_bench(CLI::App& app, int& exit_code);
+void register_bench_serve(CLI::App& bench, int& exit_code);
 
 }  // namespace tandem::cli

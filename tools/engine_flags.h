@@ -28,6 +28,8 @@ inline void add_engine_flags(CLI::App* cmd, EngineFlags& f) {
   cmd->add_option("--max-num-batched-tokens", f.options.max_num_batched_tokens);
   cmd->add_option("--prefill-chunk", f.options.prefill_chunk, "Prompt tokens per prefill chunk");
   cmd->add_option("--max-model-len", f.options.max_model_len);
+  cmd->add_option("--scheduling-policy", f.options.scheduling_policy,
+                  "Admission order and preemption victims: fcfs");
   cmd->add_option("--threads", f.options.threads, "CPU runner threads (0 = all cores)");
   cmd->add_option("--draft-max", f.options.draft_max, "Most draft tokens per speculative step");
   cmd->add_option("--draft-min", f.options.draft_min, "Fewest draft tokens when speculating");

@@ -26,9 +26,9 @@ Result<std::unique_ptr<Sequence>> new_sequence(uint64_t request_id, GenerateInpu
         ErrorCode::kPromptTooLong,
         "This model's maximum context length is " + std::to_string(limits.max_model_len) +
             " tokens. However, you requested " + std::to_string(prompt_len + params.max_tokens) +
-            " tokens (" + std::to_string(prompt_len) + " in the prompt, " +
+            " tokens (" + std::to_string(prompt_len) + " in the messages, " +
             std::to_string(params.max_tokens) +
-            " for the completion). Please reduce the prompt or max_tokens.");
+            " in the completion). Please reduce the length of the messages or completion.");
   }
   const int32_t need = pages_for_tokens(prompt_len + params.max_tokens, limits.page_size);
   if (need > limits.pool_pages) {

@@ -28,11 +28,13 @@ DisaggregatedEngine::DisaggregatedEngine(const EngineOptions& options, ModelDir 
       prefill_pool_(prefill_runner_->num_pages()),
       prefill_scheduler_(SchedulerConfig{options.max_num_seqs, options.max_num_batched_tokens,
                                          options.prefill_chunk, prefill_runner_->page_size()},
-                         &Sequence::prefill_pages),
+                         &Sequence::prefill_pages,
+                         make_scheduling_policy(options.scheduling_policy).value()),
       decode_pool_(decode_runner_->num_pages()),
       decode_scheduler_(SchedulerConfig{options.max_num_seqs, options.max_num_seqs,
                                         options.prefill_chunk, decode_runner_->page_size()},
-                        &Sequence::pages) {
+                        &Sequence::pages,
+                        make_scheduling_policy(options.scheduling_policy).value()) {
   TANDEM_CHECK(prefill_runner_->page_size() == decode_runner_->page_size());
   max_model_len_ =
       options.max_model_len > 0
@@ -195,12 +197,7 @@ void DisaggregatedEngine::prefill_take_inbox() {
     std::lock_guard lock(mu_);
     incoming.swap(prefill_inbox_);
   }
-  for (Sequence* seq : incoming) {
-    auto pos =
-        std::find_if(prefill_waiting_.begin(), prefill_waiting_.end(),
-                     [&](const Sequence* w) { return w->arrival_order > seq->arrival_order; });
-    prefill_waiting_.insert(pos, seq);
-  }
+  for (Sequence* seq : incoming) prefill_scheduler_.enqueue(prefill_waiting_, seq);
   std::unordered_set<Sequence*> owned(prefill_waiting_.begin(), prefill_waiting_.end());
   owned.insert(prefilling_.begin(), prefilling_.end());
   for (const Shipping& s : shipping_) owned.insert(s.seq);
@@ -313,6 +310,7 @@ bool DisaggregatedEngine::prefill_step() {
   telemetry_.metrics.prefix_cache_queries += uint64_t(plan.cache_query_tokens);
   telemetry_.metrics.prefix_cache_hits += uint64_t(plan.cache_hit_tokens);
   for (Sequence* seq : plan.preempted) {  // out of prefill pages: it starts over later
+    seq->preemptions++;
     drop_shipping(seq);
     std::lock_guard lock(pool_mu_);
     seq->pages.release_all(decode_pool_);
@@ -363,7 +361,7 @@ void DisaggregatedEngine::decode_take_handoff() {
     std::lock_guard lock(mu_);
     incoming.swap(decode_inbox_);
   }
-  for (Sequence* seq : incoming) decode_waiting_.push_back(seq);
+  for (Sequence* seq : incoming) decode_scheduler_.enqueue(decode_waiting_, seq);
   std::unordered_set<Sequence*> owned(decode_waiting_.begin(), decode_waiting_.end());
   owned.insert(decoding_.begin(), decoding_.end());
   for (uint64_t id : take_cancels_for(owned)) {
@@ -436,8 +434,11 @@ void DisaggregatedEngine::stage_loop(bool prefill) {
   while (true) {
     const bool did = prefill ? prefill_step() : decode_step();
     if (did) continue;
-    const bool local_work = prefill ? (!prefilling_.empty() || !shipping_.empty())
-                                    : !decoding_.empty() || !decode_waiting_.empty();
+    // Waiting prompts count: they wait for pages the other stage frees (decode pages reserved
+    // by the handshake), and nothing wakes this stage when that happens.
+    const bool local_work =
+        prefill ? (!prefilling_.empty() || !shipping_.empty() || !prefill_waiting_.empty())
+                : !decoding_.empty() || !decode_waiting_.empty();
     std::unique_lock lock(mu_);
     if (stopping_ && seqs_.empty()) return;
     if (local_work) {

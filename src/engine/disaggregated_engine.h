@@ -110,7 +110,7 @@ class DisaggregatedEngine final : public Engine {
 
   // Prefill stage (its thread only).
   PagePool prefill_pool_;
-  FcfsScheduler prefill_scheduler_;
+  Scheduler prefill_scheduler_;
   std::deque<Sequence*> prefill_waiting_;
   std::vector<Sequence*> prefilling_;
   std::vector<Shipping> shipping_;
@@ -119,7 +119,7 @@ class DisaggregatedEngine final : public Engine {
   // handshake.
   std::mutex pool_mu_;
   PagePool decode_pool_;
-  FcfsScheduler decode_scheduler_;
+  Scheduler decode_scheduler_;
   std::deque<Sequence*> decode_waiting_;
   std::vector<Sequence*> decoding_;
 

@@ -2,6 +2,7 @@
 
 #include "engine/disaggregated_engine.h"
 #include "engine/local_engine.h"
+#include "engine/scheduling_policy.h"
 #include "transport/make_transport.h"
 
 namespace tandem {
@@ -69,7 +70,16 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
     return make_error(ErrorCode::kInvalidArgument,
                       "--prefill-chunk, --max-num-batched-tokens and --max-num-seqs must be >= 1");
   }
+  if (auto policy = make_scheduling_policy(options.scheduling_policy); !policy) {
+    return policy.error();
+  }
   TANDEM_ASSIGN_OR_RETURN(ModelDir model, load_model_dir(options.model_dir));
+  if (options.max_model_len < 0 || options.max_model_len > model.config.max_position_embeddings) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "max_model_len " + std::to_string(options.max_model_len) +
+                          " is outside 0 (the model's) .. the model's max_position_embeddings " +
+                          std::to_string(model.config.max_position_embeddings));
+  }
   TANDEM_ASSIGN_OR_RETURN(Tokenizer tokenizer, Tokenizer::load(options.model_dir));
   std::optional<ChatTemplate> chat_template;
   if (!tokenizer.config().chat_template.empty()) {

@@ -39,6 +39,8 @@ struct EngineOptions {
   int32_t threads = 0;                    // CPU runner threads; 0 = all cores
   bool trace = true;                      // --trace on|off: per-request spans and the ring
   bool prefix_caching = true;             // --prefix-caching on|off: share cached prompt pages
+  // Admission order and preemption victims (engine/scheduling_policy.h): "fcfs".
+  std::string scheduling_policy = "fcfs";
   // Speculative decoding (with draft_dir).
   bool spec = true;             // --spec on|off
   int32_t draft_max = 4;        // --draft-max: most tokens proposed per step

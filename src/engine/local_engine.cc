@@ -19,7 +19,8 @@ LocalEngine::LocalEngine(const EngineOptions& options, ModelDir model, Tokenizer
       draft_(std::move(draft)),
       pool_(runner_->num_pages()),
       scheduler_(SchedulerConfig{options.max_num_seqs, options.max_num_batched_tokens,
-                                 options.prefill_chunk, runner_->page_size()}) {
+                                 options.prefill_chunk, runner_->page_size()},
+                 &Sequence::pages, make_scheduling_policy(options.scheduling_policy).value()) {
   max_model_len_ =
       options.max_model_len > 0
           ? options.max_model_len
@@ -124,7 +125,7 @@ void LocalEngine::take_inbox() {
   }
   for (auto& seq : incoming) {
     seq->arrival_order = next_arrival_++;
-    waiting_.push_back(seq.get());
+    scheduler_.enqueue(waiting_, seq.get());
     const uint64_t id = seq->id;
     seqs_.emplace(id, std::move(seq));
   }

@@ -78,7 +78,7 @@ class LocalEngine final : public Engine {
 
   // Owned by the worker (or by run_until_idle's caller).
   PagePool pool_;
-  FcfsScheduler scheduler_;
+  Scheduler scheduler_;
   std::optional<PrefixCache> prefix_cache_;  // set with --prefix-caching on
   std::unordered_map<uint64_t, std::unique_ptr<Sequence>> seqs_;
   std::deque<Sequence*> waiting_;

@@ -2,30 +2,37 @@
 
 #include <algorithm>
 
+#include "core/check.h"
+
 namespace tandem {
 
-namespace {
+Scheduler::Scheduler(SchedulerConfig config, BlockTable Sequence::*table,
+                     std::shared_ptr<const SchedulingPolicy> policy)
+    : config_(config),
+      table_(table),
+      policy_(policy ? std::move(policy) : std::make_shared<const FcfsPolicy>()) {}
 
-void requeue(std::deque<Sequence*>& waiting, Sequence* seq) {
+void Scheduler::enqueue(std::deque<Sequence*>& waiting, Sequence* seq) const {
+  // After every sequence that is not served later than it: equals keep their arrival order.
   auto pos = std::find_if(waiting.begin(), waiting.end(),
-                          [&](const Sequence* w) { return w->arrival_order > seq->arrival_order; });
+                          [&](const Sequence* w) { return policy_->before(*seq, *w); });
   waiting.insert(pos, seq);
 }
 
-}  // namespace
-
-int32_t FcfsScheduler::tokens_for(const Sequence& seq, int32_t budget) const {
+int32_t Scheduler::tokens_for(const Sequence& seq, int32_t budget) const {
   int64_t n = std::min<int64_t>(seq.pending(), budget);
   if (seq.in_prefill()) n = std::min<int64_t>(n, config_.prefill_chunk);
   return int32_t(n);
 }
 
-SchedulePlan FcfsScheduler::schedule(std::deque<Sequence*>& waiting,
-                                     std::vector<Sequence*>& running, PagePool& pool) {
+SchedulePlan Scheduler::schedule(std::deque<Sequence*>& waiting, std::vector<Sequence*>& running,
+                                 PagePool& pool) {
   SchedulePlan plan;
   int32_t budget = config_.max_num_batched_tokens;
 
-  // Running sequences first (decode tokens and continuing prefill chunks), oldest first.
+  // Running sequences first (decode tokens and continuing prefill chunks), in service order.
+  std::stable_sort(running.begin(), running.end(),
+                   [&](const Sequence* a, const Sequence* b) { return policy_->before(*a, *b); });
   std::vector<Sequence*> kept;
   kept.reserve(running.size());
   size_t next = 0;
@@ -37,10 +44,13 @@ SchedulePlan FcfsScheduler::schedule(std::deque<Sequence*>& waiting,
       continue;
     }
     bool fits = (seq->*table_).reserve(pool, seq->num_computed + n, config_.page_size);
-    // Out of pages: preempt the youngest running sequence not yet scheduled this step.
+    // Out of pages: preempt a running sequence not yet scheduled this step, the policy's pick.
     while (!fits && next < running.size()) {
-      Sequence* victim = running.back();
-      running.pop_back();
+      const auto candidates = std::span<Sequence* const>(running).subspan(next);
+      const size_t pick = policy_->pick_victim(candidates, *seq);
+      TANDEM_CHECK(pick < candidates.size());
+      Sequence* victim = candidates[pick];
+      running.erase(running.begin() + std::ptrdiff_t(next + pick));
       (victim->*table_).release_all(pool);
       victim->num_computed = 0;
       plan.preempted.push_back(victim);
@@ -57,7 +67,7 @@ SchedulePlan FcfsScheduler::schedule(std::deque<Sequence*>& waiting,
     budget -= n;
   }
   running = std::move(kept);
-  for (Sequence* seq : plan.preempted) requeue(waiting, seq);
+  for (Sequence* seq : plan.preempted) enqueue(waiting, seq);
 
   // Then admit waiting sequences in order while there is budget, room and pages (no skipping:
   // a large prompt at the head is not starved by small ones behind it).

@@ -288,3 +288,102 @@ TEST_CASE("speculative decoding never changes greedy tokens, for every k and a m
     }
   }
 }
+
+namespace {
+
+uint64_t preemptions_of(const Engine& e) {
+  const std::string text = e.metrics_text();
+  const std::string name = "\ntandem:num_preemptions_total ";
+  const size_t at = text.find(name);
+  REQUIRE(at != std::string::npos);
+  return std::stoull(text.substr(at + name.size()));
+}
+
+GenerateInput sampled(std::vector<int32_t> prompt, int max_tokens, uint64_t seed) {
+  GenerateInput in = greedy(std::move(prompt), max_tokens);
+  in.sampling.temperature = 0.9f;
+  in.sampling.top_p = 0.95f;
+  in.sampling.seed = seed;
+  return in;
+}
+
+}  // namespace
+
+TEST_CASE("preempted requests resume with output identical to an unpreempted run") {
+  // Sampled (seeded) and greedy requests: a resumed request must redraw the same random numbers,
+  // not only reach the same argmax. Each needs 15 to 17 pages of 4 tokens; 36 pages hold two, so
+  // the third and later ones preempt or wait.
+  const int n = 6, max_tokens = 20;
+  auto input = [&](int i) {
+    auto prompt = prompt_of(40 + 3 * i, 50 + i);
+    return i % 2 ? greedy(prompt, max_tokens) : sampled(prompt, max_tokens, 1000 + uint64_t(i));
+  };
+  std::map<uint64_t, std::vector<int32_t>> want;
+  {
+    EngineOptions o;
+    o.page_size = 4;
+    auto engine = make_engine(o);
+    for (int i = 0; i < n; ++i) {
+      Collector c;
+      REQUIRE(engine->submit(uint64_t(i), input(i), &c).ok());
+      engine->run_until_idle();
+      want[uint64_t(i)] = c.results[uint64_t(i)].ids;
+      REQUIRE(want[uint64_t(i)].size() == size_t(max_tokens));
+    }
+    CHECK(preemptions_of(*engine) == 0);
+  }
+  for (const char* stages : {"one", "two"}) {
+    CAPTURE(stages);
+    EngineOptions o;
+    o.page_size = 4;
+    o.kv_pages = 36;
+    o.prefill_chunk = 16;
+    if (std::string(stages) == "two") {
+      o.prefill_device = "cpu:0";
+      o.decode_device = "cpu:1";
+    }
+    auto engine = make_engine(o);
+    Collector col;
+    for (int i = 0; i < n; ++i) REQUIRE(engine->submit(uint64_t(i), input(i), &col).ok());
+    engine->run_until_idle();
+    CHECK(preemptions_of(*engine) > 0);
+    for (int i = 0; i < n; ++i) {
+      CAPTURE(i);
+      REQUIRE(col.results[uint64_t(i)].finish);
+      CHECK(col.results[uint64_t(i)].finish->reason == FinishReason::kLength);
+      CHECK(col.results[uint64_t(i)].ids == want.at(uint64_t(i)));
+    }
+    check_pages_free(*engine);
+  }
+}
+
+TEST_CASE("max_model_len: vLLM's message; a setting past the model's length is refused") {
+  EngineOptions o;
+  o.max_model_len = 64;
+  auto engine = make_engine(o);
+  Collector col;
+  auto st = engine->submit(1, greedy(prompt_of(50, 0), 20), &col);
+  REQUIRE(!st.ok());
+  CHECK(st.error().code == ErrorCode::kPromptTooLong);
+  CHECK(st.error().message ==
+        "This model's maximum context length is 64 tokens. However, you requested 70 tokens (50 "
+        "in the messages, 20 in the completion). Please reduce the length of the messages or "
+        "completion.");
+  REQUIRE(engine->submit(2, greedy(prompt_of(50, 0), 14), &col).ok());  // exactly 64
+  engine->run_until_idle();
+  CHECK(col.results[2].ids.size() == 14);
+
+  EngineOptions too_long;
+  too_long.model_dir = tiny_model();
+  too_long.max_model_len = 1 << 30;
+  auto refused = Engine::create(too_long);
+  REQUIRE(!refused.ok());
+  CHECK(refused.error().code == ErrorCode::kInvalidArgument);
+  CHECK(refused.error().message.find("max_model_len") != std::string::npos);
+  EngineOptions policy;
+  policy.model_dir = tiny_model();
+  policy.scheduling_policy = "lottery";
+  auto unknown = Engine::create(policy);
+  REQUIRE(!unknown.ok());
+  CHECK(unknown.error().message.find("scheduling_policy") != std::string::npos);
+}
