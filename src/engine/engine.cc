@@ -105,21 +105,25 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
                                                    std::move(chat_template),
                                                    std::move(decode_runner), std::move(draft)));
   }
-  if (draft) {
-    return make_error(ErrorCode::kUnsupported,
-                      "--draft with separate --prefill-device and --decode-device is not "
-                      "available yet; run both stages on one device for speculative decoding");
-  }
   // Two stages. The ModelDir (its mmap) outlives both runners: it moves into the engine, and a
-  // moved WeightStore keeps its tensors where they are.
+  // moved WeightStore keeps its tensors where they are. With a draft, the prefill stage runs it
+  // too (its prompt KV ships with the target's), sharing the draft's ModelDir, and the prefill
+  // device's memory is split between the two models as on the decode device.
   ro.device = options.prefill_device;
-  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<ModelRunner> prefill_runner, make_runner(model, ro));
+  target_ro.device = options.prefill_device;
+  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<ModelRunner> prefill_runner,
+                          make_runner(model, draft ? target_ro : ro));
+  std::unique_ptr<ModelRunner> prefill_draft_runner;
+  if (draft) {
+    TANDEM_ASSIGN_OR_RETURN(prefill_draft_runner, make_runner(*draft->model, ro));
+  }
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<KvTransport> transport,
                           make_transport(options.kv_transport, prefill_runner->kv_pool_view(),
                                          decode_runner->kv_pool_view()));
   return std::unique_ptr<Engine>(new DisaggregatedEngine(
       options, std::move(model), std::move(tokenizer), std::move(chat_template),
-      std::move(prefill_runner), std::move(decode_runner), std::move(transport)));
+      std::move(prefill_runner), std::move(decode_runner), std::move(transport), std::move(draft),
+      std::move(prefill_draft_runner)));
 }
 
 }  // namespace tandem

@@ -29,7 +29,9 @@ LocalEngine::LocalEngine(const EngineOptions& options, ModelDir model, Tokenizer
     // Both models sample over the ids both can produce and the tokenizer knows.
     valid_vocab_ = int32_t(std::min<int64_t>(valid_vocab_, draft_->model->config.vocab_size));
     draft_->runner->set_valid_vocab(valid_vocab_);
-    spec_ = std::make_unique<SpecDecoder>(*runner_, *draft_->runner, *draft_->pool, draft_->config,
+    SpecConfig config = draft_->config;
+    config.max_model_len = max_model_len_;
+    spec_ = std::make_unique<SpecDecoder>(*runner_, *draft_->runner, *draft_->pool, config,
                                           valid_vocab_);
   }
   runner_->set_valid_vocab(valid_vocab_);
@@ -193,33 +195,9 @@ std::string LocalEngine::trace_json(std::optional<uint64_t> request_id, size_t l
 }
 
 void LocalEngine::run_speculative(std::span<Sequence* const> seqs) {
-  const int64_t t0 = trace_now_ns();
-  std::vector<std::vector<int32_t>> emitted = spec_->step(seqs, pool_, runner_->page_size());
-  const int64_t t1 = trace_now_ns();
-  const auto now = Clock::now();
-  for (size_t i = 0; i < seqs.size(); ++i) {
-    Sequence& seq = *seqs[i];
-    Span span;
-    span.name = "spec_step";
-    span.track = Track::kVerify;
-    span.start_ns = t0;
-    span.dur_ns = t1 - t0;
-    span.index = seq.decode_steps;
-    span.tokens = int32_t(emitted[i].size());
-    span.batch = int32_t(seqs.size());
-    seq.trace.add(span);
-    std::optional<FinishReason> reason;
-    int32_t n = 0;
-    for (int32_t token : emitted[i]) {
-      ++n;
-      if ((reason = emit_token(seq, token, now))) break;
-    }
-    if (reason) {
-      finish(&seq, *reason, std::nullopt);
-    } else {
-      spec_->commit(seq, n, pool_, runner_->page_size());
-    }
-  }
+  spec_->run_step(seqs, pool_, runner_->page_size(), [this](Sequence& seq, FinishReason reason) {
+    finish(&seq, reason, std::nullopt);
+  });
 }
 
 void LocalEngine::run_until_idle() {
