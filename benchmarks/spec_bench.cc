@@ -5,6 +5,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "core/check.h"
 #include "engine/sequence.h"
 #include "engine/spec_decoder.h"
 #include "engine/step.h"
@@ -123,6 +124,9 @@ SpecRun run_spec(ModelRunner& target, ModelRunner& draft, PagePool& target_pool,
     if (active.empty()) break;
     std::vector<int64_t> proposed, accepted;
     for (Sequence* seq : active) {
+      // The pending token's slot, as the engine's scheduler reserves it (commit() released
+      // whole pages past the computed length; the pools were sized for the worst case).
+      TANDEM_CHECK(seq->pages.reserve(target_pool, int64_t(seq->tokens.size()), page));
       proposed.push_back(seq->spec.proposed);
       accepted.push_back(seq->spec.accepted);
     }
