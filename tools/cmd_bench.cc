@@ -63,6 +63,7 @@ void register_bench_spec(CLI::App* bench, int& exit_code) {
     ro.num_pages = max_batch * ((tokens + f->page_size - 1) / f->page_size + 1);
     ro.max_batch_tokens = std::max(f->opts.input_len, max_batch * (max_k + 1));
     ro.max_seqs = max_batch;
+    ro.max_logit_rows = max_batch * (max_k + 1);  // the verify pass: k + 1 rows per sequence
     ro.threads = f->threads;
     auto target = make_runner(*target_dir, ro);
     if (!target) return fail(target.error());

@@ -93,6 +93,12 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
     // against the 7B target's 56 KiB, so both pools then hold about the same number of tokens.
     target_ro.gpu_memory_utilization = ro.gpu_memory_utilization * 0.85;
   }
+  if (!options.draft_dir.empty()) {
+    // Verification keeps k + 1 logit rows per speculating sequence.
+    target_ro.max_logit_rows =
+        std::max(4 * options.max_num_seqs,
+                 std::min(options.max_num_seqs, options.spec_max_batch) * (options.draft_max + 1));
+  }
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<ModelRunner> decode_runner,
                           make_runner(model, target_ro));
   std::optional<DraftModel> draft;
