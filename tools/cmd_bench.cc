@@ -1,21 +1,87 @@
 // `tandem bench latency --model DIR --input-len N --output-len M --batch-size B [--json]`: the
 // same measurement as vLLM's benchmark_latency (TTFT, TPOT, tok/s) plus achieved weight
 // bandwidth (MBU), on the CPU or a GPU (--device).
+// `tandem bench spec --model DIR --draft DIR ...`: speculative decoding against plain decoding on
+// one device (benchmarks/spec_bench.h), one JSON object.
 #include <algorithm>
 #include <cstdio>
 #include <memory>
 
 #include "../benchmarks/latency.h"
+#include "../benchmarks/spec_bench.h"
 #include "commands.h"
 #include "model/model_dir.h"
 #include "runner/runner.h"
 
 namespace tandem::cli {
 
+namespace {
+
+void register_bench_spec(CLI::App* bench, int& exit_code) {
+  auto* cmd = bench->add_subcommand("spec", "Speculative vs plain decoding of a batch, as JSON");
+  struct Flags {
+    std::string model, draft, device = "cuda:0";
+    bench::SpecBenchOptions opts;
+    int32_t page_size = 16;
+    int32_t threads = 0;
+  };
+  auto f = std::make_shared<Flags>();
+  cmd->add_option("--model", f->model, "Target model directory")->required();
+  cmd->add_option("--draft", f->draft, "Draft model directory")->required();
+  cmd->add_option("--device", f->device, "cpu or cuda:N (both models)")->capture_default_str();
+  cmd->add_option("--input-len", f->opts.input_len, "Prompt tokens")->capture_default_str();
+  cmd->add_option("--output-len", f->opts.output_len, "Generated tokens per sequence")
+      ->capture_default_str();
+  cmd->add_option("--batch-sizes", f->opts.batch_sizes, "Batch sizes, e.g. 1,4,16,64")
+      ->delimiter(',');
+  cmd->add_option("--ks", f->opts.ks, "Fixed draft lengths, e.g. 1,2,4,8 (adaptive: the largest)")
+      ->delimiter(',');
+  cmd->add_option("--spec-max-batch", f->opts.spec_max_batch, "The adaptive run's limit")
+      ->capture_default_str();
+  cmd->add_option("--page-size", f->page_size, "KV page size")->capture_default_str();
+  cmd->add_option("--threads", f->threads, "CPU runner threads (0 = all cores)");
+  cmd->callback([f, &exit_code] {
+    auto fail = [&](const Error& e) {
+      std::fprintf(stderr, "tandem bench spec: %s\n", e.to_string().c_str());
+      exit_code = 1;
+    };
+    if (f->opts.batch_sizes.empty() || f->opts.ks.empty()) {
+      return fail(
+          make_error(ErrorCode::kInvalidArgument, "--batch-sizes and --ks may not be empty"));
+    }
+    auto target_dir = load_model_dir(f->model);
+    if (!target_dir) return fail(target_dir.error());
+    auto draft_dir = load_model_dir(f->draft);
+    if (!draft_dir) return fail(draft_dir.error());
+    const int32_t max_batch =
+        *std::max_element(f->opts.batch_sizes.begin(), f->opts.batch_sizes.end());
+    const int32_t max_k = *std::max_element(f->opts.ks.begin(), f->opts.ks.end());
+    const int32_t tokens = f->opts.input_len + f->opts.output_len + max_k + 1;
+    RunnerOptions ro;
+    ro.device = f->device;
+    ro.page_size = f->page_size;
+    ro.num_pages = max_batch * ((tokens + f->page_size - 1) / f->page_size + 1);
+    ro.max_batch_tokens = std::max(f->opts.input_len, max_batch * (max_k + 1));
+    ro.max_seqs = max_batch;
+    ro.max_logit_rows = max_batch * (max_k + 1);  // the verify pass: k + 1 rows per sequence
+    ro.threads = f->threads;
+    auto target = make_runner(*target_dir, ro);
+    if (!target) return fail(target.error());
+    auto draft = make_runner(*draft_dir, ro);
+    if (!draft) return fail(draft.error());
+    auto res = bench::run_spec_bench(**target, **draft, f->opts);
+    if (!res) return fail(res.error());
+    std::printf("%s\n", bench::spec_bench_json(f->opts, *res, f->model, f->draft).c_str());
+  });
+}
+
+}  // namespace
+
 void register_bench(CLI::App& app, int& exit_code) {
   auto* bench = app.add_subcommand("bench", "Benchmarks");
   bench->require_subcommand(1);
   register_bench_serve(*bench, exit_code);
+  register_bench_spec(bench, exit_code);
   auto* lat = bench->add_subcommand("latency", "Prefill and decode latency of one batch");
   struct Flags {
     std::string model, device = "cuda:0";

@@ -17,7 +17,20 @@ void register_mkmodel(CLI::App& app, int& exit_code) {
   cmd->add_option("--tokenizer", opts->tokenizer_dir,
                   "Folder with tokenizer.json / tokenizer_config.json to copy in");
   cmd->add_option("--max-shard-bytes", opts->max_shard_bytes, "Largest safetensors shard");
-  cmd->callback([opts, &exit_code] {
+  auto pattern = std::make_shared<mkmodel::PatternOptions>();
+  auto* pattern_seed =
+      cmd->add_option("--pattern-seed", pattern->seed,
+                      "Write a pattern model (docs/speculative.md): greedy output follows a "
+                      "random cycle over the ids, set by this seed; untied lm_head");
+  cmd->add_option("--pattern-divergence", pattern->divergence,
+                  "Fraction of ids where this model jumps two steps of the cycle; a draft with "
+                  "divergence D against a target with 0 accepts about 1 - D per token")
+      ->needs(pattern_seed);
+  cmd->add_option("--pattern-tokens", pattern->tokens,
+                  "Cycle length (0 = every id below bos_token_id)")
+      ->needs(pattern_seed);
+  cmd->callback([opts, pattern, pattern_seed, &exit_code] {
+    if (pattern_seed->count() > 0) opts->pattern = *pattern;
     Status st = make_model(*opts);
     if (!st) {
       std::fprintf(stderr, "tandem mkmodel: %s\n", st.error().to_string().c_str());

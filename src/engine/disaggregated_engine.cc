@@ -8,12 +8,11 @@
 
 namespace tandem {
 
-DisaggregatedEngine::DisaggregatedEngine(const EngineOptions& options, ModelDir model,
-                                         Tokenizer tokenizer,
-                                         std::optional<ChatTemplate> chat_template,
-                                         std::unique_ptr<ModelRunner> prefill_runner,
-                                         std::unique_ptr<ModelRunner> decode_runner,
-                                         std::unique_ptr<KvTransport> transport)
+DisaggregatedEngine::DisaggregatedEngine(
+    const EngineOptions& options, ModelDir model, Tokenizer tokenizer,
+    std::optional<ChatTemplate> chat_template, std::unique_ptr<ModelRunner> prefill_runner,
+    std::unique_ptr<ModelRunner> decode_runner, std::unique_ptr<KvTransport> transport,
+    std::optional<DraftModel> draft, std::unique_ptr<ModelRunner> prefill_draft_runner)
     : options_(options),
       model_(std::move(model)),
       tokenizer_(std::move(tokenizer)),
@@ -25,6 +24,8 @@ DisaggregatedEngine::DisaggregatedEngine(const EngineOptions& options, ModelDir 
       prefill_view_(prefill_runner_->kv_pool_view()),
       decode_view_(decode_runner_->kv_pool_view()),
       page_size_(prefill_runner_->page_size()),
+      draft_(std::move(draft)),
+      prefill_draft_runner_(std::move(prefill_draft_runner)),
       prefill_pool_(prefill_runner_->num_pages()),
       prefill_scheduler_(SchedulerConfig{options.max_num_seqs, options.max_num_batched_tokens,
                                          options.prefill_chunk, prefill_runner_->page_size()},
@@ -40,27 +41,35 @@ DisaggregatedEngine::DisaggregatedEngine(const EngineOptions& options, ModelDir 
       options.max_model_len > 0
           ? options.max_model_len
           : int32_t(std::min<int64_t>(model_.config.max_position_embeddings, INT32_MAX));
-  const int32_t valid_vocab =
+  int32_t valid_vocab =
       int32_t(std::min<int64_t>(model_.config.vocab_size, tokenizer_.vocab_size()));
+  TANDEM_CHECK(draft_.has_value() == (prefill_draft_runner_ != nullptr));
+  if (draft_) {
+    // Both models sample over the ids both can produce and the tokenizer knows.
+    valid_vocab = int32_t(std::min<int64_t>(valid_vocab, draft_->model->config.vocab_size));
+    TANDEM_CHECK(prefill_draft_runner_->page_size() == page_size_ &&
+                 draft_->runner->page_size() == page_size_);
+    prefill_draft_runner_->set_valid_vocab(valid_vocab);
+    draft_->runner->set_valid_vocab(valid_vocab);
+    prefill_draft_pool_ = std::make_unique<PagePool>(prefill_draft_runner_->num_pages());
+    prefill_draft_view_ = prefill_draft_runner_->kv_pool_view();
+    decode_draft_view_ = draft_->runner->kv_pool_view();
+    SpecConfig config = draft_->config;
+    config.max_model_len = max_model_len_;
+    spec_ = std::make_unique<SpecDecoder>(*decode_runner_, *draft_->runner, *draft_->pool, config,
+                                          valid_vocab);
+    spec_->set_pool_mutex(&pool_mu_);
+  }
   prefill_runner_->set_valid_vocab(valid_vocab);
   decode_runner_->set_valid_vocab(valid_vocab);
-  if (options.prefix_caching) {
+  // The draft's prompt KV is computed beside the target's on the prefill stage; a cached target
+  // prefix would leave it uncomputed there, so two stages with a draft run without the cache.
+  if (options.prefix_caching && !draft_) {
     prefix_cache_.emplace(PrefixHasher::with_random_key(kv_identity(model_)), page_size_);
     prefill_scheduler_.prefix_cache = &*prefix_cache_;
   }
   // Handshake: a prompt starts prefilling only once its whole KV has a place on the decode stage.
-  // Leading pages the decode pool caches for this prefix are shared there and not shipped.
-  prefill_scheduler_.admit = [this](Sequence& seq) {
-    std::lock_guard lock(pool_mu_);
-    const int64_t present =
-        prefix_cache_ ? prefix_cache_->match(seq, seq.pages, decode_pool_) : int64_t(0);
-    if (!seq.pages.reserve(decode_pool_, int64_t(seq.tokens.size()), page_size_)) {
-      seq.pages.release_all(decode_pool_);
-      return false;
-    }
-    seq.ship_from_page = int32_t(present / page_size_);
-    return true;
-  };
+  prefill_scheduler_.admit = [this](Sequence& seq) { return reserve_handoff_pages(seq); };
   // The decode stage takes only sequences whose KV arrived; a sequence it just preempted
   // (num_computed == 0) is on its way back to the prefill stage.
   decode_scheduler_.admit = [](Sequence& seq) { return seq.num_computed > 0; };
@@ -73,11 +82,19 @@ DisaggregatedEngine::~DisaggregatedEngine() {
 Status DisaggregatedEngine::submit(uint64_t request_id, GenerateInput input,
                                    EngineObserver* observer) {
   TANDEM_CHECK(observer != nullptr);
-  const int32_t pool_pages = std::min(prefill_pool_.num_pages(), decode_pool_.num_pages());
+  int32_t pool_pages = std::min(prefill_pool_.num_pages(), decode_pool_.num_pages());
+  if (draft_) {
+    pool_pages =
+        std::min({pool_pages, prefill_draft_pool_->num_pages(), draft_->pool->num_pages()});
+  }
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<Sequence> seq,
                           new_sequence(request_id, std::move(input), observer, model_, tokenizer_,
                                        AdmissionLimits{max_model_len_, page_size_, pool_pages}));
   seq->trace.enabled = options_.trace;
+  if (spec_) {
+    seq->speculative = true;
+    seq->draft_rng.seed = seq->rng.seed ^ 0x9e3779b97f4a7c15ull;
+  }
   std::lock_guard lock(mu_);
   if (stopping_) return make_error(ErrorCode::kOverloaded, "the server is shutting down");
   if (seqs_.count(request_id)) {
@@ -125,6 +142,10 @@ EngineStatus DisaggregatedEngine::status() const {
   s.memory = memory_report(
       {{"target", "prefill", prefill_runner_.get()}, {"target", "decode", decode_runner_.get()}},
       options_, max_model_len_);
+  if (draft_) {
+    s.pools.push_back(pool("draft.prefill", *prefill_draft_runner_, prefill_draft_used_.load(), 0));
+    s.pools.push_back(pool("draft", *draft_->runner, decode_draft_used_.load(), 0));
+  }
   return s;
 }
 
@@ -150,6 +171,7 @@ void DisaggregatedEngine::finish(Sequence* seq, FinishReason reason, std::option
                                  bool on_prefill) {
   if (on_prefill) {
     seq->prefill_pages.release_all(prefill_pool_);
+    if (draft_) seq->draft_prefill_pages.release_all(*prefill_draft_pool_);
     prefilling_.erase(std::remove(prefilling_.begin(), prefilling_.end(), seq), prefilling_.end());
     prefill_waiting_.erase(std::remove(prefill_waiting_.begin(), prefill_waiting_.end(), seq),
                            prefill_waiting_.end());
@@ -162,6 +184,7 @@ void DisaggregatedEngine::finish(Sequence* seq, FinishReason reason, std::option
   {
     std::lock_guard lock(pool_mu_);
     seq->pages.release_all(decode_pool_);
+    if (draft_) seq->draft_pages.release_all(*draft_->pool);
   }
   FinishEvent ev = make_finish_event(*seq, reason, std::move(error), Clock::now());
   telemetry_.on_finish(*seq, ev);
@@ -176,6 +199,37 @@ void DisaggregatedEngine::finish(Sequence* seq, FinishReason reason, std::option
 }
 
 // ---- prefill stage -------------------------------------------------------------------------
+
+bool DisaggregatedEngine::reserve_handoff_pages(Sequence& seq) {
+  const int64_t tokens = int64_t(seq.tokens.size());
+  if (draft_ && !seq.draft_prefill_pages.reserve(*prefill_draft_pool_, tokens, page_size_)) {
+    return false;
+  }
+  bool ok = false;
+  {
+    std::lock_guard lock(pool_mu_);
+    // Leading pages the decode pool caches for this prefix are shared there and not shipped.
+    const int64_t present =
+        prefix_cache_ ? prefix_cache_->match(seq, seq.pages, decode_pool_) : int64_t(0);
+    ok = seq.pages.reserve(decode_pool_, tokens, page_size_);
+    if (ok) seq.ship_from_page = int32_t(present / page_size_);
+    if (!ok) seq.pages.release_all(decode_pool_);
+    if (ok && draft_ && !seq.draft_pages.reserve(*draft_->pool, tokens, page_size_)) {
+      seq.pages.release_all(decode_pool_);
+      ok = false;
+    }
+  }
+  if (!ok && draft_) seq.draft_prefill_pages.release_all(*prefill_draft_pool_);
+  return ok;
+}
+
+void DisaggregatedEngine::release_handoff_pages(Sequence& seq) {
+  if (draft_) seq.draft_prefill_pages.release_all(*prefill_draft_pool_);
+  std::lock_guard lock(pool_mu_);
+  seq.pages.release_all(decode_pool_);
+  if (draft_) seq.draft_pages.release_all(*draft_->pool);
+  seq.draft_computed = 0;
+}
 
 void DisaggregatedEngine::drop_shipping(Sequence* seq) {
   // Transfers still in flight write into decode pages that are about to be freed and handed to
@@ -251,6 +305,25 @@ void DisaggregatedEngine::ship_chunk(Sequence& seq, int64_t end) {
     return;
   }
   entry.tickets.push_back(*ticket);
+  if (!draft_) return;
+  // The draft's pages of the same chunk, in the same shipping step: the request moves on only
+  // when both models' KV landed, and a failure of either fails it.
+  ShipOrder draft_order;
+  draft_order.src = &prefill_draft_view_;
+  draft_order.dst = &decode_draft_view_;
+  draft_order.layer_begin = 0;
+  draft_order.layer_end = prefill_draft_view_.num_layers();
+  for (int64_t p = begin / page_size_; p * page_size_ < end; ++p) {
+    draft_order.pages.push_back(
+        {seq.draft_prefill_pages.pages[size_t(p)], seq.draft_pages.pages[size_t(p)]});
+  }
+  telemetry_.metrics.kv_ship_bytes += uint64_t(draft_order.bytes());
+  auto draft_ticket = transport_->ship(draft_order);
+  if (!draft_ticket) {
+    finish(&seq, FinishReason::kError, draft_ticket.error(), /*on_prefill=*/true);
+    return;
+  }
+  entry.tickets.push_back(*draft_ticket);
 }
 
 void DisaggregatedEngine::poll_shipping() {
@@ -293,6 +366,12 @@ void DisaggregatedEngine::poll_shipping() {
     seq->trace.add(ready);
     telemetry_.metrics.kv_ship_time.observe(seq->kv_ship_exposed_ms / 1e3);
     seq->prefill_pages.release_all(prefill_pool_);
+    if (draft_) {
+      // The draft's prompt KV landed with the target's: no catch-up on the decode stage.
+      seq->draft_prefill_pages.release_all(*prefill_draft_pool_);
+      seq->draft_computed = seq->num_computed;
+      seq->draft_pages.num_tokens = seq->num_computed;
+    }
     std::lock_guard lock(mu_);
     decode_inbox_.push_back(seq);
     cv_.notify_all();
@@ -312,8 +391,7 @@ bool DisaggregatedEngine::prefill_step() {
   for (Sequence* seq : plan.preempted) {  // out of prefill pages: it starts over later
     seq->preemptions++;
     drop_shipping(seq);
-    std::lock_guard lock(pool_mu_);
-    seq->pages.release_all(decode_pool_);
+    release_handoff_pages(*seq);
   }
   const bool did = !plan.batch.empty();
   if (did) {
@@ -321,6 +399,14 @@ bool DisaggregatedEngine::prefill_step() {
     StepBatch batch = build_step_batch(plan.batch, &Sequence::prefill_pages, Clock::now());
     prefill_runner_->forward(batch.view());
     const std::vector<int32_t> sampled = sample_step(*prefill_runner_, batch);
+    if (draft_) {
+      // The draft's KV of the same chunk, into its own pages; no logits needed.
+      std::vector<SeqSlice> slices = batch.slices;
+      for (size_t i = 0; i < slices.size(); ++i) {
+        slices[i].pages = plan.batch[i].seq->draft_prefill_pages.pages;
+      }
+      prefill_draft_runner_->forward(ForwardBatch{batch.tokens, slices, {}});
+    }
     trace_step(plan.batch, Track::kPrefill, Track::kPrefill, t0, trace_now_ns());
     commit_step(plan.batch, &Sequence::prefill_pages);
     for (const ScheduledSeq& s : plan.batch) {
@@ -348,6 +434,7 @@ bool DisaggregatedEngine::prefill_step() {
   }
   prefill_used_.store(prefill_pool_.used_pages());
   prefill_cached_.store(prefill_pool_.cached_pages());
+  if (draft_) prefill_draft_used_.store(prefill_draft_pool_->used_pages());
   prefilling_count_.store(int32_t(prefilling_.size() + shipping_.size()));
   waiting_count_.store(int32_t(prefill_waiting_.size()));
   return did;
@@ -383,6 +470,9 @@ bool DisaggregatedEngine::decode_step() {
   }
   // Preempted sequences lost their decode pages: they go back to the prefill stage to recompute.
   if (!plan.preempted.empty()) {
+    if (spec_) {
+      for (Sequence* seq : plan.preempted) spec_->release(*seq);
+    }
     std::lock_guard lock(mu_);
     for (Sequence* seq : plan.preempted) {
       seq->preemptions++;
@@ -393,16 +483,26 @@ bool DisaggregatedEngine::decode_step() {
     cv_.notify_all();
   }
   const bool did = !plan.batch.empty();
-  if (did) {
+  std::vector<ScheduledSeq> plain;
+  std::vector<Sequence*> speculating;
+  for (const ScheduledSeq& s : plan.batch) {
+    if (spec_ && s.seq->speculative && s.seq->pending() == 1) {
+      speculating.push_back(s.seq);
+    } else {
+      plain.push_back(s);
+    }
+  }
+  if (!speculating.empty()) run_speculative(speculating);
+  if (!plain.empty()) {
     const int64_t t0 = trace_now_ns();
-    StepBatch batch = build_step_batch(plan.batch, &Sequence::pages, Clock::now());
+    StepBatch batch = build_step_batch(plain, &Sequence::pages, Clock::now());
     decode_runner_->forward(batch.view());
     const std::vector<int32_t> sampled = sample_step(*decode_runner_, batch);
-    trace_step(plan.batch, Track::kDecode, Track::kDecode, t0, trace_now_ns());
-    commit_step(plan.batch, &Sequence::pages);
+    trace_step(plain, Track::kDecode, Track::kDecode, t0, trace_now_ns());
+    commit_step(plain, &Sequence::pages);
     if (prefix_cache_) {  // the pages landed (the sequence is here) or were written here
       std::lock_guard lock(pool_mu_);
-      for (const ScheduledSeq& s : plan.batch) {
+      for (const ScheduledSeq& s : plain) {
         prefix_cache_->commit(*s.seq, s.seq->pages, decode_pool_, s.seq->num_computed);
       }
     }
@@ -419,8 +519,15 @@ bool DisaggregatedEngine::decode_step() {
     std::lock_guard lock(pool_mu_);
     decode_used_.store(decode_pool_.used_pages());
     decode_cached_.store(decode_pool_.cached_pages());
+    if (draft_) decode_draft_used_.store(draft_->pool->used_pages());
   }
   return did;
+}
+
+void DisaggregatedEngine::run_speculative(std::span<Sequence* const> seqs) {
+  spec_->run_step(seqs, decode_pool_, page_size_, [this](Sequence& seq, FinishReason reason) {
+    finish(&seq, reason, std::nullopt, /*on_prefill=*/false);
+  });
 }
 
 // ---- threads -------------------------------------------------------------------------------

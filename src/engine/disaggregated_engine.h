@@ -12,6 +12,12 @@
 // from the last chunk's logits (they are already there; shipping logits or recomputing the last
 // position on the decode stage would cost more) and travels with the KV; the decode stage admits
 // the request once every transfer of it has landed.
+//
+// With a draft model (speculative decoding) both stages hold it too: the prefill stage runs the
+// draft over every chunk right after the target, the handshake reserves the prompt's pages in
+// the decode stage's target AND draft pools (and the prefill stage's draft pool), and each chunk
+// ships both models' pages in one shipping step. The decode stage's spec decoder then starts with
+// the draft already caught up on the prompt.
 #pragma once
 
 #include <atomic>
@@ -30,6 +36,7 @@
 #include "engine/prefix_cache.h"
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
+#include "engine/spec_decoder.h"
 #include "engine/step.h"
 #include "kv/page_pool.h"
 #include "model/model_dir.h"
@@ -45,7 +52,9 @@ class DisaggregatedEngine final : public Engine {
                       std::optional<ChatTemplate> chat_template,
                       std::unique_ptr<ModelRunner> prefill_runner,
                       std::unique_ptr<ModelRunner> decode_runner,
-                      std::unique_ptr<KvTransport> transport);
+                      std::unique_ptr<KvTransport> transport,
+                      std::optional<DraftModel> draft = std::nullopt,
+                      std::unique_ptr<ModelRunner> prefill_draft_runner = nullptr);
   ~DisaggregatedEngine() override;
 
   void start() override;
@@ -88,6 +97,12 @@ class DisaggregatedEngine final : public Engine {
   void poll_shipping();
   void drop_shipping(Sequence* seq);
   void decode_take_handoff();
+  // The handshake: the pages a prompt's KV lands in (decode target + draft pools) and the
+  // prefill stage's draft pages, all or nothing. Prefill thread only.
+  bool reserve_handoff_pages(Sequence& seq);
+  // Frees what reserve_handoff_pages took (a prefill-stage preemption).
+  void release_handoff_pages(Sequence& seq);
+  void run_speculative(std::span<Sequence* const> seqs);
   std::vector<uint64_t> take_cancels_for(const std::unordered_set<Sequence*>& owned);
   // Releases every page the sequence holds on both stages and reports the finish event.
   void finish(Sequence* seq, FinishReason reason, std::optional<Error> error, bool on_prefill);
@@ -107,6 +122,15 @@ class DisaggregatedEngine final : public Engine {
   int32_t max_model_len_ = 0;
   int32_t page_size_ = 16;
   std::optional<PrefixCache> prefix_cache_;  // one hasher for both pools: their hashes agree
+
+  // Speculative decoding: the decode stage's draft (runner + pool, the pool guarded by pool_mu_
+  // like decode_pool_) and the prefill stage's draft runner and pool. Unset without --draft.
+  std::optional<DraftModel> draft_;
+  std::unique_ptr<ModelRunner> prefill_draft_runner_;
+  std::unique_ptr<PagePool> prefill_draft_pool_;
+  KvPoolView prefill_draft_view_;
+  KvPoolView decode_draft_view_;
+  std::unique_ptr<SpecDecoder> spec_;
 
   // Prefill stage (its thread only).
   PagePool prefill_pool_;
@@ -143,6 +167,8 @@ class DisaggregatedEngine final : public Engine {
   std::atomic<int32_t> decode_used_{0};
   std::atomic<int32_t> prefill_cached_{0};
   std::atomic<int32_t> decode_cached_{0};
+  std::atomic<int32_t> prefill_draft_used_{0};
+  std::atomic<int32_t> decode_draft_used_{0};
   std::atomic<int64_t> finished_count_{0};
   mutable Telemetry telemetry_;
 };

@@ -109,6 +109,12 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
     // against the 7B target's 56 KiB, so both pools then hold about the same number of tokens.
     target_ro.gpu_memory_utilization = ro.gpu_memory_utilization * 0.85;
   }
+  if (!options.draft_dir.empty()) {
+    // Verification keeps k + 1 logit rows per speculating sequence.
+    target_ro.max_logit_rows =
+        std::max(4 * options.max_num_seqs,
+                 std::min(options.max_num_seqs, options.spec_max_batch) * (options.draft_max + 1));
+  }
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<ModelRunner> decode_runner,
                           make_runner(model, target_ro));
   std::optional<DraftModel> draft;
@@ -121,21 +127,25 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
                                                    std::move(chat_template),
                                                    std::move(decode_runner), std::move(draft)));
   }
-  if (draft) {
-    return make_error(ErrorCode::kUnsupported,
-                      "--draft with separate --prefill-device and --decode-device is not "
-                      "available yet; run both stages on one device for speculative decoding");
-  }
   // Two stages. The ModelDir (its mmap) outlives both runners: it moves into the engine, and a
-  // moved WeightStore keeps its tensors where they are.
+  // moved WeightStore keeps its tensors where they are. With a draft, the prefill stage runs it
+  // too (its prompt KV ships with the target's), sharing the draft's ModelDir, and the prefill
+  // device's memory is split between the two models as on the decode device.
   ro.device = options.prefill_device;
-  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<ModelRunner> prefill_runner, make_runner(model, ro));
+  target_ro.device = options.prefill_device;
+  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<ModelRunner> prefill_runner,
+                          make_runner(model, draft ? target_ro : ro));
+  std::unique_ptr<ModelRunner> prefill_draft_runner;
+  if (draft) {
+    TANDEM_ASSIGN_OR_RETURN(prefill_draft_runner, make_runner(*draft->model, ro));
+  }
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<KvTransport> transport,
                           make_transport(options.kv_transport, prefill_runner->kv_pool_view(),
                                          decode_runner->kv_pool_view()));
   return std::unique_ptr<Engine>(new DisaggregatedEngine(
       options, std::move(model), std::move(tokenizer), std::move(chat_template),
-      std::move(prefill_runner), std::move(decode_runner), std::move(transport)));
+      std::move(prefill_runner), std::move(decode_runner), std::move(transport), std::move(draft),
+      std::move(prefill_draft_runner)));
 }
 
 }  // namespace tandem

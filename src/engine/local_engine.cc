@@ -30,7 +30,9 @@ LocalEngine::LocalEngine(const EngineOptions& options, ModelDir model, Tokenizer
     // Both models sample over the ids both can produce and the tokenizer knows.
     valid_vocab_ = int32_t(std::min<int64_t>(valid_vocab_, draft_->model->config.vocab_size));
     draft_->runner->set_valid_vocab(valid_vocab_);
-    spec_ = std::make_unique<SpecDecoder>(*runner_, *draft_->runner, *draft_->pool, draft_->config,
+    SpecConfig config = draft_->config;
+    config.max_model_len = max_model_len_;
+    spec_ = std::make_unique<SpecDecoder>(*runner_, *draft_->runner, *draft_->pool, config,
                                           valid_vocab_);
   }
   runner_->set_valid_vocab(valid_vocab_);

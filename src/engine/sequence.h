@@ -52,9 +52,11 @@ struct Sequence {
 
   // Speculative decoding (a draft model on the decode stage).
   bool speculative = false;
-  BlockTable draft_pages;        // in the draft's pool
-  int64_t draft_computed = 0;    // tokens whose draft K/V is in draft_pages
-  SamplingRng draft_rng;         // the draft's own stream: proposals never shift the target's draws
+  BlockTable draft_pages;  // in the draft's pool
+  BlockTable
+      draft_prefill_pages;     // in the prefill stage's draft pool, while a two-stage prefill runs
+  int64_t draft_computed = 0;  // tokens whose draft K/V is in draft_pages
+  SamplingRng draft_rng;       // the draft's own stream: proposals never shift the target's draws
   double spec_acceptance = 0.7;  // running per-token acceptance (optimistic start: it probes)
   int32_t spec_steps = 0;
   SpecStats spec;

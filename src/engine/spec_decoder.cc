@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "core/check.h"
+#include "engine/step.h"
 #include "sampling/speculative.h"
 
 namespace tandem {
@@ -19,6 +20,16 @@ double expected_tokens(double a, int32_t k) {
   return sum;
 }
 
+// Eos and stop ids are banned until min_tokens outputs exist (`outputs` before this position).
+std::vector<int32_t> banned_ids(const Sequence& seq, size_t outputs) {
+  std::vector<int32_t> ids;
+  if (int32_t(outputs) < seq.params.min_tokens) {
+    ids = seq.params.eos_token_ids;
+    ids.insert(ids.end(), seq.params.stop_token_ids.begin(), seq.params.stop_token_ids.end());
+  }
+  return ids;
+}
+
 double now_ms() {
   return std::chrono::duration<double, std::milli>(
              std::chrono::steady_clock::now().time_since_epoch())
@@ -29,6 +40,7 @@ double now_ms() {
 
 int32_t DraftLengthPolicy::choose(const Sequence& seq, int32_t batch_size) const {
   if (!config_.enabled || config_.draft_max < 1 || batch_size > config_.max_batch) return 0;
+  if (config_.fixed_k > 0) return config_.fixed_k;
   // Speed-up of k drafts over plain decoding: tokens per step over cost per step, where one
   // step costs one target pass (verifying k+1 positions costs about the same while decode is
   // bandwidth-bound) plus k draft passes.
@@ -52,6 +64,14 @@ void DraftLengthPolicy::observe_costs(double draft_step_ms, double target_step_m
   cost_ratio_ = 0.9 * cost_ratio_ + 0.1 * (draft_step_ms / target_step_ms);
 }
 
+int32_t clip_draft_length(const Sequence& seq, int32_t k, int32_t max_model_len) {
+  const int64_t len = int64_t(seq.tokens.size());
+  // Tokens the request may still emit; the step emits up to k + 1 of them.
+  int64_t most = int64_t(seq.prompt_len) + seq.params.max_tokens - len - 1;
+  if (max_model_len > 0) most = std::min<int64_t>(most, int64_t(max_model_len) - len);
+  return int32_t(std::clamp<int64_t>(most, 0, k));
+}
+
 SpecDecoder::SpecDecoder(ModelRunner& target, ModelRunner& draft, PagePool& draft_pool,
                          SpecConfig config, int32_t valid_vocab)
     : target_(target),
@@ -60,7 +80,12 @@ SpecDecoder::SpecDecoder(ModelRunner& target, ModelRunner& draft, PagePool& draf
       policy_(config),
       valid_vocab_(valid_vocab) {}
 
+std::unique_lock<std::mutex> SpecDecoder::lock_pools() {
+  return pool_mu_ ? std::unique_lock<std::mutex>(*pool_mu_) : std::unique_lock<std::mutex>();
+}
+
 void SpecDecoder::release(Sequence& seq) {
+  auto lock = lock_pools();
   seq.draft_pages.release_all(draft_pool_);
   seq.draft_computed = 0;
 }
@@ -77,8 +102,10 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
   for (size_t i = 0; i < n; ++i) {
     Sequence& seq = *seqs[i];
     TANDEM_CHECK(seq.pending() == 1);
-    int32_t k = policy_.choose(seq, int32_t(n));
+    int32_t k =
+        clip_draft_length(seq, policy_.choose(seq, int32_t(n)), policy_.config().max_model_len);
     const int64_t len = int64_t(seq.tokens.size());
+    auto lock = lock_pools();
     if (len - seq.draft_computed > policy_.config().catchup_chunk) {
       // The draft is far behind (a long prompt): it catches up in chunks, proposing nothing yet.
       const int64_t upto = seq.draft_computed + policy_.config().catchup_chunk;
@@ -141,26 +168,44 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
     }
     const double t0 = now_ms();
     draft_.forward(ForwardBatch{tokens, slices, rows});
-    const int64_t dv = draft_.config().vocab_size;
-    logits_.resize(rows.size() * size_t(dv));
-    draft_.copy_logits(logits_);
-    draft_ms += now_ms() - t0;
+    // Per row: the history the processors see (output + proposals so far) and the ids banned
+    // before min_tokens. Greedy rows take the runner's sample() (on the GPU an argmax on the
+    // device: only ids cross to the host); sampled rows need the draft's probabilities, so
+    // only then are logits copied.
+    std::vector<std::vector<int32_t>> outs(who.size()), suppress(who.size());
+    std::vector<SampleRequest> greedy_reqs;
+    bool any_sampled = false;
     for (size_t j = 0; j < who.size(); ++j) {
       Sequence& seq = *seqs[who[j]];
-      std::span<float> row(logits_.data() + j * size_t(dv), size_t(W));
-      std::vector<int32_t> out(seq.output().begin(), seq.output().end());
-      out.insert(out.end(), proposals[who[j]].begin(), proposals[who[j]].end());
-      std::vector<int32_t> suppress;
-      if (int32_t(out.size()) < seq.params.min_tokens) {
-        suppress = seq.params.eos_token_ids;
-        suppress.insert(suppress.end(), seq.params.stop_token_ids.begin(),
-                        seq.params.stop_token_ids.end());
+      outs[j].assign(seq.output().begin(), seq.output().end());
+      outs[j].insert(outs[j].end(), proposals[who[j]].begin(), proposals[who[j]].end());
+      suppress[j] = banned_ids(seq, outs[j].size());
+      if (seq.params.greedy()) {
+        greedy_reqs.push_back(SampleRequest{int32_t(j), &seq.params,
+                                            TokenHistory{seq.prompt(), outs[j]}, suppress[j],
+                                            &seq.draft_rng});
+      } else {
+        any_sampled = true;
       }
-      apply_logits_processors(row, seq.params, TokenHistory{seq.prompt(), out}, suppress, W);
+    }
+    std::vector<int32_t> greedy_ids(greedy_reqs.size());
+    if (!greedy_reqs.empty()) draft_.sample(greedy_reqs, greedy_ids);
+    const int64_t dv = draft_.config().vocab_size;
+    if (any_sampled) {
+      logits_.resize(rows.size() * size_t(dv));
+      draft_.copy_logits(logits_);
+    }
+    draft_ms += now_ms() - t0;
+    size_t g = 0;
+    for (size_t j = 0; j < who.size(); ++j) {
+      Sequence& seq = *seqs[who[j]];
       int32_t token;
       if (seq.params.greedy()) {
-        token = argmax_lowest(row);
+        token = greedy_ids[g++];
       } else {
+        std::span<float> row(logits_.data() + j * size_t(dv), size_t(W));
+        apply_logits_processors(row, seq.params, TokenHistory{seq.prompt(), outs[j]}, suppress[j],
+                                W);
         std::vector<float> probs(static_cast<size_t>(W));
         logits_to_probs(row, seq.params, probs);
         token = sample_from_probs(probs, seq.draft_rng.next_uniform());
@@ -179,6 +224,9 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
     s.q_start = int32_t(tokens.size());
     s.q_len = 1 + ks[i];
     s.context_len = int32_t(seq.num_computed + s.q_len);
+    const int32_t limit = policy_.config().max_model_len;
+    TANDEM_CHECK(limit <= 0 || s.context_len <= limit,
+                 "speculative verify past max_model_len: context %d > %d", s.context_len, limit);
     s.pages = seq.pages.pages;
     tokens.push_back(seq.tokens.back());
     tokens.insert(tokens.end(), proposals[i].begin(), proposals[i].end());
@@ -189,51 +237,80 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
   const double t0 = now_ms();
   timing_.verify_start_ns = timing_.draft_end_ns;
   target_.forward(ForwardBatch{tokens, slices, rows});
+  // Greedy sequences: the target's processed argmax of each of their k + 1 rows through
+  // sample(), ids only. Sampled sequences: logits to the host for the rejection rule.
+  std::vector<std::vector<int32_t>> histories(rows.size()), bans(rows.size());
+  std::vector<SampleRequest> greedy_reqs;
+  bool any_sampled = false;
+  {
+    size_t row = 0;
+    for (size_t i = 0; i < n; ++i) {
+      Sequence& seq = *seqs[i];
+      if (!seq.params.greedy()) {
+        any_sampled = true;
+        row += size_t(ks[i]) + 1;
+        continue;
+      }
+      for (int32_t r = 0; r <= ks[i]; ++r, ++row) {
+        histories[row].assign(seq.output().begin(), seq.output().end());
+        histories[row].insert(histories[row].end(), proposals[i].begin(), proposals[i].begin() + r);
+        bans[row] = banned_ids(seq, histories[row].size());
+        greedy_reqs.push_back(SampleRequest{int32_t(row), &seq.params,
+                                            TokenHistory{seq.prompt(), histories[row]}, bans[row],
+                                            &seq.rng});
+      }
+    }
+  }
+  std::vector<int32_t> target_ids(greedy_reqs.size());
+  if (!greedy_reqs.empty()) target_.sample(greedy_reqs, target_ids);
   const int64_t tv = target_.config().vocab_size;
-  logits_.resize(rows.size() * size_t(tv));
-  target_.copy_logits(logits_);
+  if (any_sampled) {
+    logits_.resize(rows.size() * size_t(tv));
+    target_.copy_logits(logits_);
+  }
   const double target_ms = now_ms() - t0;
   timing_.verify_end_ns = trace_now_ns();
   if (max_k > 0) policy_.observe_costs(draft_ms / max_k, target_ms);
+  const double accept_t0 = now_ms();
 
   std::vector<std::vector<int32_t>> result(n);
-  size_t row = 0;
+  size_t row = 0, g = 0;
   for (size_t i = 0; i < n; ++i) {
     Sequence& seq = *seqs[i];
     const int32_t k = ks[i];
-    std::vector<float> processed(size_t(k + 1) * size_t(W));  // [k+1, W]
-    std::vector<int32_t> out(seq.output().begin(), seq.output().end());
-    for (int32_t r = 0; r <= k; ++r, ++row) {
-      std::span<float> dst(processed.data() + size_t(r) * size_t(W), size_t(W));
-      std::copy_n(logits_.data() + row * size_t(tv), W, dst.begin());
-      std::vector<int32_t> suppress;
-      if (int32_t(out.size()) < seq.params.min_tokens) {
-        suppress = seq.params.eos_token_ids;
-        suppress.insert(suppress.end(), seq.params.stop_token_ids.begin(),
-                        seq.params.stop_token_ids.end());
-      }
-      apply_logits_processors(dst, seq.params, TokenHistory{seq.prompt(), out}, suppress, W);
-      if (r < k) out.push_back(proposals[i][size_t(r)]);
-    }
     SpeculativeResult accepted;
-    if (k == 0) {
-      accepted.tokens = {sample_token(processed, seq.params, seq.rng)};
-    } else if (seq.params.greedy()) {
-      accepted = accept_greedy(proposals[i], processed, W);
+    if (seq.params.greedy()) {
+      accepted = accept_greedy_ids(proposals[i], std::span(target_ids).subspan(g, size_t(k) + 1));
+      g += size_t(k) + 1;
+      row += size_t(k) + 1;
     } else {
-      std::vector<float> target_probs(processed.size());
-      for (int32_t r = 0; r <= k; ++r) {
-        logits_to_probs(std::span<const float>(processed).subspan(size_t(r) * size_t(W), size_t(W)),
-                        seq.params,
-                        std::span<float>(target_probs).subspan(size_t(r) * size_t(W), size_t(W)));
+      std::vector<float> processed(size_t(k + 1) * size_t(W));  // [k+1, W]
+      std::vector<int32_t> out(seq.output().begin(), seq.output().end());
+      for (int32_t r = 0; r <= k; ++r, ++row) {
+        std::span<float> dst(processed.data() + size_t(r) * size_t(W), size_t(W));
+        std::copy_n(logits_.data() + row * size_t(tv), W, dst.begin());
+        apply_logits_processors(dst, seq.params, TokenHistory{seq.prompt(), out},
+                                banned_ids(seq, out.size()), W);
+        if (r < k) out.push_back(proposals[i][size_t(r)]);
       }
-      accepted = accept_sampled(proposals[i], draft_probs[i], target_probs, W, seq.rng);
+      if (k == 0) {
+        accepted.tokens = {sample_token(processed, seq.params, seq.rng)};
+      } else {
+        std::vector<float> target_probs(processed.size());
+        for (int32_t r = 0; r <= k; ++r) {
+          logits_to_probs(
+              std::span<const float>(processed).subspan(size_t(r) * size_t(W), size_t(W)),
+              seq.params, std::span<float>(target_probs).subspan(size_t(r) * size_t(W), size_t(W)));
+        }
+        accepted = accept_sampled(proposals[i], draft_probs[i], target_probs, W, seq.rng);
+      }
     }
     if (k > 0) {
       seq.spec.proposed += k;
       seq.spec.accepted += accepted.num_accepted;
-      if (seq.spec.accepted_per_position.size() < size_t(policy_.config().draft_max)) {
-        seq.spec.accepted_per_position.resize(size_t(policy_.config().draft_max), 0);
+      const size_t positions = size_t(std::max(policy_.config().draft_max, k));
+      if (seq.spec.accepted_per_position.size() < positions) {
+        seq.spec.accepted_per_position.resize(positions, 0);
       }
       for (int32_t p = 0; p < accepted.num_accepted; ++p)
         seq.spec.accepted_per_position[size_t(p)]++;
@@ -244,12 +321,60 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
     }
     result[i] = std::move(accepted.tokens);
   }
+  times_ = SpecStepTimes{max_k, draft_ms, target_ms, now_ms() - accept_t0};
   return result;
+}
+
+void SpecDecoder::run_step(std::span<Sequence* const> seqs, PagePool& target_pool,
+                           int32_t page_size,
+                           const std::function<void(Sequence&, FinishReason)>& on_finish) {
+  // Per sequence, what it had proposed and accepted before this step: the step's k and
+  // accepted count are the differences.
+  std::vector<std::pair<int64_t, int64_t>> before(seqs.size());
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    before[i] = {seqs[i]->spec.proposed, seqs[i]->spec.accepted};
+  }
+  std::vector<std::vector<int32_t>> emitted = step(seqs, target_pool, page_size);
+  const StepTiming& t = timing_;
+  const auto now = Clock::now();
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    Sequence& seq = *seqs[i];
+    if (seq.trace.enabled) {
+      Span draft;
+      draft.name = "spec_draft";
+      draft.track = Track::kDraft;
+      draft.start_ns = t.draft_start_ns;
+      draft.dur_ns = t.draft_end_ns - t.draft_start_ns;
+      draft.index = seq.decode_steps;
+      draft.tokens = int32_t(seq.spec.proposed - before[i].first);  // k
+      draft.batch = int32_t(seqs.size());
+      seq.trace.add(draft);
+      Span verify = draft;
+      verify.name = "spec_verify";
+      verify.track = Track::kVerify;
+      verify.start_ns = t.verify_start_ns;
+      verify.dur_ns = t.verify_end_ns - t.verify_start_ns;
+      verify.accepted = int32_t(seq.spec.accepted - before[i].second);
+      seq.trace.add(verify);
+    }
+    std::optional<FinishReason> reason;
+    int32_t n = 0;
+    for (int32_t token : emitted[i]) {
+      ++n;
+      if ((reason = emit_token(seq, token, now, Track::kVerify))) break;
+    }
+    if (reason) {
+      on_finish(seq, *reason);
+    } else {
+      commit(seq, n, target_pool, page_size);
+    }
+  }
 }
 
 void SpecDecoder::commit(Sequence& seq, int32_t emitted, PagePool& target_pool, int32_t page_size) {
   // Tokens now end with the last emitted one, whose KV nobody computed yet.
   (void)emitted;
+  auto lock = lock_pools();
   seq.num_computed = int64_t(seq.tokens.size()) - 1;
   seq.pages.num_tokens = seq.num_computed;
   seq.pages.truncate(target_pool, seq.num_computed, page_size);

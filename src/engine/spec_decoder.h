@@ -10,7 +10,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <vector>
 
@@ -27,6 +29,16 @@ struct SpecConfig {
   bool enabled = true;     // --spec off
   int32_t max_batch = 32;  // above this many running sequences, verify is compute-bound: no spec
   int32_t catchup_chunk = 512;  // draft tokens one step may catch up (a long prompt takes steps)
+  int32_t max_model_len = 0;    // no verified position may reach past it; 0 = no limit
+  int32_t fixed_k = 0;          // benchmarks: always propose this many (0 = the adaptive policy)
+};
+
+// Host-visible times of the last step() (ms), for benchmarks and the cost model.
+struct SpecStepTimes {
+  int32_t draft_rounds = 0;  // draft forwards (the largest k of the batch)
+  double draft_ms = 0;       // all draft rounds, logits to the host and proposals included
+  double verify_ms = 0;      // the target's pass over k + 1 positions, logits to the host
+  double accept_ms = 0;      // acceptance on the host
 };
 
 // Chooses k per sequence from its running acceptance and the measured cost of a draft step
@@ -53,6 +65,11 @@ struct DraftModel {
   SpecConfig config;
 };
 
+// The largest k' <= k that keeps `seq` within its max_tokens and the context limit
+// (max_model_len, 0 = none): k proposals emit at most k + 1 tokens and grow the context the
+// verify pass sees to len + k.
+int32_t clip_draft_length(const Sequence& seq, int32_t k, int32_t max_model_len);
+
 class SpecDecoder {
  public:
   SpecDecoder(ModelRunner& target, ModelRunner& draft, PagePool& draft_pool, SpecConfig config,
@@ -69,10 +86,21 @@ class SpecDecoder {
   // for all but the last token; roll both caches back to that length.
   void commit(Sequence& seq, int32_t emitted, PagePool& target_pool, int32_t page_size);
 
+  // step() with the engine's bookkeeping: a trace span per sequence, the tokens streamed (a stop
+  // condition may cut a step's tokens short), then commit() or, for a sequence that finished,
+  // `on_finish`, which must release its pages.
+  void run_step(std::span<Sequence* const> seqs, PagePool& target_pool, int32_t page_size,
+                const std::function<void(Sequence&, FinishReason)>& on_finish);
+
   // Frees the draft pages of a finished or preempted sequence.
   void release(Sequence& seq);
 
   DraftLengthPolicy& policy() { return policy_; }
+  const SpecStepTimes& last_times() const { return times_; }
+
+  // Two-stage engines: the prefill stage reserves pages in the decode stage's pools too, so every
+  // page operation here takes this mutex (null on one stage: nobody else touches the pools).
+  void set_pool_mutex(std::mutex* mu) { pool_mu_ = mu; }
 
   // When the last step's draft work (catch-up and proposal rounds) and its target verify pass
   // ran, in trace_now_ns() time; the engine turns them into spec_draft / spec_verify spans.
@@ -85,11 +113,15 @@ class SpecDecoder {
   const StepTiming& last_timing() const { return timing_; }
 
  private:
+  std::unique_lock<std::mutex> lock_pools();
+
   ModelRunner& target_;
   ModelRunner& draft_;
   PagePool& draft_pool_;
   DraftLengthPolicy policy_;
   int32_t valid_vocab_;
+  std::mutex* pool_mu_ = nullptr;
+  SpecStepTimes times_;
   std::vector<float> logits_;  // scratch: [rows, vocab] fp32 from copy_logits
   StepTiming timing_;
 };

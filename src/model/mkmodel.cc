@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <future>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -126,11 +127,45 @@ class ChunkStream {
   std::future<Status> pending_;
 };
 
+// Writes elements [first, first + count) of one tensor; any split gives the same bytes.
+using FillFn = std::function<void(uint64_t first, size_t count, std::byte* out)>;
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// How one tensor's values are made: random, or (pattern models) a scaled residual write or the
+// pattern lm_head.
+FillFn fill_of(const PlannedTensor& t, uint64_t key, DType dtype, const mkmodel::Preset& preset,
+               uint64_t seed, const mkmodel::PatternMap* pattern) {
+  const mkmodel::Init init = init_of(t.tensor.kind);
+  const std::string& name = t.tensor.name;
+  if (pattern != nullptr && name == "lm_head.weight") {
+    const uint64_t embed_key =
+        mkmodel::tensor_key(seed, preset.seed_salt, "model.embed_tokens.weight");
+    const int64_t hidden = preset.config.hidden_size;
+    return [=](uint64_t first, size_t count, std::byte* out) {
+      mkmodel::fill_pattern_lm_head(*pattern, embed_key, hidden, first, count, dtype, out);
+    };
+  }
+  if (pattern != nullptr &&
+      (ends_with(name, "self_attn.o_proj.weight") || ends_with(name, "mlp.down_proj.weight"))) {
+    const float scale = mkmodel::pattern_residual_scale(preset.config);
+    return [=](uint64_t first, size_t count, std::byte* out) {
+      mkmodel::fill_weights(key, init, first, count, dtype, out);
+      mkmodel::scale_values(out, count, dtype, scale);
+    };
+  }
+  return [=](uint64_t first, size_t count, std::byte* out) {
+    mkmodel::fill_weights(key, init, first, count, dtype, out);
+  };
+}
+
 // Generates one tensor in chunks, each chunk split across threads, and streams it out.
-Status write_tensor(ChunkStream& stream, const PlannedTensor& t, uint64_t key, DType dtype,
+Status write_tensor(ChunkStream& stream, const PlannedTensor& t, const FillFn& fill, DType dtype,
                     unsigned threads) {
   const size_t elem = dtype_size(dtype);
-  const mkmodel::Init init = init_of(t.tensor.kind);
   for (uint64_t first = 0; first < t.numel; first += kChunkElems) {
     const size_t count = size_t(std::min<uint64_t>(kChunkElems, t.numel - first));
     const unsigned n = count < (size_t{1} << 16) ? 1 : threads;
@@ -140,10 +175,9 @@ Status write_tensor(ChunkStream& stream, const PlannedTensor& t, uint64_t key, D
     for (unsigned w = 1; w < n; ++w) {
       const size_t b = std::min(count, w * per);
       const size_t e = std::min(count, b + per);
-      pool.emplace_back(
-          [=] { mkmodel::fill_weights(key, init, first + b, e - b, dtype, out + b * elem); });
+      pool.emplace_back([=, &fill] { fill(first + b, e - b, out + b * elem); });
     }
-    mkmodel::fill_weights(key, init, first, std::min(count, per), dtype, out);
+    fill(first, std::min(count, per), out);
     for (std::thread& th : pool) th.join();
     TANDEM_TRY(stream.submit(count * elem));
   }
@@ -165,13 +199,28 @@ std::vector<std::string> mkmodel_presets() {
 }
 
 Status make_model(const MkModelOptions& options) {
-  const mkmodel::Preset* preset = mkmodel::find_preset(options.preset);
-  if (preset == nullptr) {
+  const mkmodel::Preset* found = mkmodel::find_preset(options.preset);
+  if (found == nullptr) {
     std::string all;
     for (const std::string& n : mkmodel_presets()) all += (all.empty() ? "" : ", ") + n;
     return make_error(ErrorCode::kInvalidArgument,
                       "unknown mkmodel preset '" + options.preset + "' (presets: " + all + ")");
   }
+  if (options.pattern && !(options.pattern->divergence >= 0 && options.pattern->divergence <= 1)) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "mkmodel: --pattern-divergence must be in [0, 1]");
+  }
+  if (options.pattern && (options.pattern->tokens < 0 ||
+                          (options.pattern->tokens > 0 && options.pattern->tokens < 3))) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "mkmodel: --pattern-tokens must be 0 (all ids below bos) or >= 3");
+  }
+  // A pattern model unties lm_head (same shape and matmul as the tied read of the embedding).
+  mkmodel::Preset copy = *found;
+  if (options.pattern) copy.config.tie_word_embeddings = false;
+  const mkmodel::Preset* preset = &copy;
+  std::optional<mkmodel::PatternMap> pattern;
+  if (options.pattern) pattern.emplace(*options.pattern, copy.config);
   if (options.out_dir.empty()) {
     return make_error(ErrorCode::kInvalidArgument, "mkmodel: no output directory");
   }
@@ -194,6 +243,16 @@ Status make_model(const MkModelOptions& options) {
       write_text(dir / "config.json", mkmodel::config_json(*preset, options.dtype).dump(2) + "\n"));
   TANDEM_TRY(write_text(dir / "generation_config.json", preset->generation.dump(2) + "\n"));
   if (!options.tokenizer_dir.empty()) TANDEM_TRY(copy_tokenizer(options.tokenizer_dir, dir));
+  if (pattern) {
+    const nlohmann::ordered_json info = {
+        {"seed", options.pattern->seed},
+        {"divergence", options.pattern->divergence},
+        {"tokens", pattern->tokens()},
+        {"residual_scale", mkmodel::pattern_residual_scale(copy.config)}};
+    TANDEM_TRY(write_text(dir / "pattern.json", info.dump(2) + "\n"));
+  } else {
+    fs::remove(dir / "pattern.json", ec);
+  }
 
   // Plan shards greedily in save order, as transformers' shard_checkpoint does.
   const size_t elem = dtype_size(options.dtype);
@@ -232,7 +291,9 @@ Status make_model(const MkModelOptions& options) {
       ChunkStream stream(writer, kChunkElems * elem);
       for (const PlannedTensor& p : shards[s]) {
         const uint64_t key = mkmodel::tensor_key(options.seed, preset->seed_salt, p.tensor.name);
-        TANDEM_TRY(write_tensor(stream, p, key, options.dtype, threads));
+        const FillFn fill =
+            fill_of(p, key, options.dtype, *preset, options.seed, pattern ? &*pattern : nullptr);
+        TANDEM_TRY(write_tensor(stream, p, fill, options.dtype, threads));
       }
       TANDEM_TRY(stream.wait());
     }

@@ -4,11 +4,13 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "model/pattern_model.h"
 
 namespace tandem {
 
@@ -23,6 +25,9 @@ struct MkModelOptions {
   // model.safetensors.index.json when there is more than one.
   int64_t max_shard_bytes = int64_t{2} << 30;
   DType dtype = DType::kBF16;  // kBF16, kF16 or kF32
+  // Set: a pattern model (model/pattern_model.h) with an untied lm_head, for speculative
+  // decoding benchmarks with a known acceptance; pattern.json in the directory records it.
+  std::optional<mkmodel::PatternOptions> pattern;
 };
 
 // Writes config.json, generation_config.json, the safetensors shards and the tokenizer files.

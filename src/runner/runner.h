@@ -54,6 +54,9 @@ struct RunnerOptions {
   double gpu_memory_utilization = 0.90;
   int32_t max_batch_tokens = 2048;  // largest ForwardBatch the runner must accept
   int32_t max_seqs = 256;
+  // Logit rows one forward may keep; 0 = min(max_batch_tokens, 4 * max_seqs). Speculative
+  // verification keeps k + 1 rows per sequence.
+  int32_t max_logit_rows = 0;
   int32_t threads = 0;  // CPU runner: 0 = hardware concurrency
 };
 

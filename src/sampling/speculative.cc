@@ -36,6 +36,18 @@ SpeculativeResult accept_greedy(std::span<const int32_t> draft_tokens,
   return r;
 }
 
+SpeculativeResult accept_greedy_ids(std::span<const int32_t> draft_tokens,
+                                    std::span<const int32_t> target_ids) {
+  TANDEM_CHECK(target_ids.size() == draft_tokens.size() + 1);
+  SpeculativeResult r;
+  size_t a = 0;
+  while (a < draft_tokens.size() && draft_tokens[a] == target_ids[a]) ++a;
+  r.tokens.assign(draft_tokens.begin(), draft_tokens.begin() + ptrdiff_t(a));
+  r.tokens.push_back(target_ids[a]);
+  r.num_accepted = int32_t(a);
+  return r;
+}
+
 void residual_distribution(std::span<const float> target_probs, std::span<const float> draft_probs,
                            std::span<float> out) {
   TANDEM_CHECK(target_probs.size() == draft_probs.size() && out.size() == target_probs.size());

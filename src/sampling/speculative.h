@@ -25,6 +25,11 @@ struct SpeculativeResult {
 SpeculativeResult accept_greedy(std::span<const int32_t> draft_tokens,
                                 std::span<const float> target, int32_t vocab);
 
+// The same rule on the target's argmax ids [k + 1] (the runner's greedy sample() of each row,
+// an argmax on the device for the CUDA runner): only ids cross to the host, never logits.
+SpeculativeResult accept_greedy_ids(std::span<const int32_t> draft_tokens,
+                                    std::span<const int32_t> target_ids);
+
 // max(0, p_t - p_d) renormalised, into `out` [vocab]; all zeros when p_t <= p_d everywhere
 // (p_t == p_d, where no rejection can happen). The distribution to sample after a rejection.
 void residual_distribution(std::span<const float> target_probs, std::span<const float> draft_probs,

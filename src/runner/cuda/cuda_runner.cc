@@ -63,7 +63,9 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig& config
   r->valid_vocab_ = int32_t(config.vocab_size);
   r->max_tokens_ = std::max(opts.max_batch_tokens, 1);
   r->max_seqs_ = std::max(opts.max_seqs, 1);
-  r->max_logits_ = std::max(std::min(r->max_tokens_, 4 * r->max_seqs_), 1);
+  r->max_logits_ = std::max(
+      std::min(r->max_tokens_, opts.max_logit_rows > 0 ? opts.max_logit_rows : 4 * r->max_seqs_),
+      1);
   // Every allocation phase is measured as the drop in the driver's free bytes, so the plan's
   // parts + baseline + free add up to the total (the cudaMalloc granularity included).
   size_t free_b = 0, total_b = 0;

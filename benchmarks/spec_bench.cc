@@ -1,0 +1,269 @@
+#include "spec_bench.h"
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "core/check.h"
+#include "engine/sequence.h"
+#include "engine/spec_decoder.h"
+#include "engine/step.h"
+#include "kv/page_pool.h"
+
+namespace tandem::bench {
+namespace {
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// B sequences with prompts, both models' prompt KV computed and the first token sampled.
+struct Batch {
+  std::vector<std::unique_ptr<Sequence>> seqs;
+  std::vector<Sequence*> ptrs;
+};
+
+Result<Batch> prefill(ModelRunner& target, ModelRunner& draft, PagePool& target_pool,
+                      PagePool& draft_pool, int32_t batch, const SpecBenchOptions& o) {
+  Batch b;
+  const int32_t page = target.page_size();
+  const int32_t prompt_vocab = std::min(o.valid_vocab, 100000);
+  for (int32_t s = 0; s < batch; ++s) {
+    auto seq = std::make_unique<Sequence>();
+    seq->id = uint64_t(s);
+    for (int32_t i = 0; i < o.input_len; ++i) {
+      seq->tokens.push_back(int32_t((int64_t(i) * 7919 + int64_t(s) * 104729 + 13) % prompt_vocab));
+    }
+    seq->prompt_len = o.input_len;
+    seq->params.temperature = 0.0f;
+    seq->params.max_tokens = o.output_len;
+    const int64_t most = int64_t(o.input_len) + o.output_len + o.ks.back() + 1;
+    if (!seq->pages.reserve(target_pool, most, page) ||
+        !seq->draft_pages.reserve(draft_pool, most, page)) {
+      return make_error(ErrorCode::kOutOfPages, "bench spec: the KV pools cannot hold " +
+                                                    std::to_string(batch) + " sequences of " +
+                                                    std::to_string(most) + " tokens");
+    }
+    b.ptrs.push_back(seq.get());
+    b.seqs.push_back(std::move(seq));
+  }
+  // One prompt per forward: the prefill is not what this benchmark measures.
+  for (Sequence* seq : b.ptrs) {
+    std::vector<ScheduledSeq> one = {{seq, o.input_len}};
+    StepBatch sb = build_step_batch(one, &Sequence::pages, Clock::now());
+    target.forward(sb.view());
+    const std::vector<int32_t> first = sample_step(target, sb);
+    SeqSlice ds = sb.slices[0];
+    ds.pages = seq->draft_pages.pages;
+    draft.forward(ForwardBatch{sb.tokens, std::span(&ds, 1), {}});
+    commit_step(one, &Sequence::pages);
+    seq->draft_computed = seq->num_computed;
+    seq->draft_pages.num_tokens = seq->num_computed;
+    seq->tokens.push_back(first[0]);
+  }
+  return b;
+}
+
+// Back to "prompt computed, first token sampled": the prompt's KV stays, later KV is rewritten.
+void rewind(Batch& b, int32_t input_len) {
+  for (Sequence* seq : b.ptrs) {
+    seq->tokens.resize(size_t(input_len) + 1);
+    seq->num_computed = input_len;
+    seq->pages.num_tokens = input_len;
+    seq->draft_computed = input_len;
+    seq->draft_pages.num_tokens = input_len;
+    seq->spec = SpecStats{};
+    seq->spec_acceptance = 0.7;
+    seq->spec_steps = 0;
+    seq->decode_steps = 0;
+  }
+}
+
+std::vector<std::vector<int32_t>> outputs(const Batch& b) {
+  std::vector<std::vector<int32_t>> out;
+  for (const Sequence* seq : b.ptrs) out.emplace_back(seq->output().begin(), seq->output().end());
+  return out;
+}
+
+// Plain greedy decoding, one token per sequence per step. Returns the median step time.
+double run_plain(ModelRunner& target, Batch& b, const SpecBenchOptions& o) {
+  std::vector<double> steps;
+  std::vector<ScheduledSeq> sched;
+  for (Sequence* seq : b.ptrs) sched.push_back({seq, 1});
+  for (int32_t step = 0; step + 1 < o.output_len; ++step) {
+    const auto t0 = std::chrono::steady_clock::now();
+    StepBatch sb = build_step_batch(sched, &Sequence::pages, Clock::now());
+    target.forward(sb.view());
+    const std::vector<int32_t> next = sample_step(target, sb);
+    commit_step(sched, &Sequence::pages);
+    for (size_t i = 0; i < sb.sampling.size(); ++i) sb.sampling[i]->tokens.push_back(next[i]);
+    if (step >= 2) steps.push_back(ms_since(t0));  // two warm-up steps
+  }
+  return median(steps);
+}
+
+SpecRun run_spec(ModelRunner& target, ModelRunner& draft, PagePool& target_pool,
+                 PagePool& draft_pool, Batch& b, SpecConfig config, const SpecBenchOptions& o) {
+  SpecDecoder spec(target, draft, draft_pool, config, o.valid_vocab);
+  const int32_t page = target.page_size();
+  SpecRun run;
+  int64_t rounds = 0, tokens = 0, rejections = 0;
+  double draft_ms = 0, verify_ms = 0, accept_ms = 0, total_ms = 0;
+  for (int64_t step = 0;; ++step) {
+    std::vector<Sequence*> active;
+    for (Sequence* seq : b.ptrs) {
+      if (seq->output_len() < o.output_len) active.push_back(seq);
+    }
+    if (active.empty()) break;
+    std::vector<int64_t> proposed, accepted;
+    for (Sequence* seq : active) {
+      // The pending token's slot, as the engine's scheduler reserves it (commit() released
+      // whole pages past the computed length; the pools were sized for the worst case).
+      TANDEM_CHECK(seq->pages.reserve(target_pool, int64_t(seq->tokens.size()), page));
+      proposed.push_back(seq->spec.proposed);
+      accepted.push_back(seq->spec.accepted);
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::vector<std::vector<int32_t>> emitted = spec.step(active, target_pool, page);
+    int64_t step_tokens = 0;
+    for (size_t i = 0; i < active.size(); ++i) {
+      Sequence& seq = *active[i];
+      const int32_t room = o.output_len - seq.output_len();
+      const int32_t n = std::min<int32_t>(room, int32_t(emitted[i].size()));
+      seq.tokens.insert(seq.tokens.end(), emitted[i].begin(), emitted[i].begin() + n);
+      spec.commit(seq, n, target_pool, page);
+      step_tokens += n;
+      if (seq.spec.accepted - accepted[i] < seq.spec.proposed - proposed[i]) ++rejections;
+    }
+    const double ms = ms_since(t0);
+    if (step == 0) continue;  // warm-up: first use of these shapes
+    const SpecStepTimes& t = spec.last_times();
+    rounds += t.draft_rounds;
+    draft_ms += t.draft_ms;
+    verify_ms += t.verify_ms;
+    accept_ms += t.accept_ms;
+    total_ms += ms;
+    tokens += step_tokens;
+    run.steps++;
+  }
+  int64_t all_proposed = 0, all_accepted = 0, seq_steps = 0;
+  for (const Sequence* seq : b.ptrs) {
+    all_proposed += seq->spec.proposed;
+    all_accepted += seq->spec.accepted;
+    seq_steps += seq->spec_steps;
+  }
+  run.k = config.fixed_k > 0 ? config.fixed_k : config.draft_max;
+  run.mode = config.fixed_k > 0 ? "fixed" : "adaptive";
+  const double steps = double(std::max<int64_t>(1, run.steps));
+  run.draft_step_ms = rounds ? draft_ms / double(rounds) : 0.0;
+  run.verify_ms = verify_ms / steps;
+  run.accept_ms = accept_ms / steps;
+  run.step_ms = total_ms / steps;
+  run.acceptance_rate = all_proposed ? double(all_accepted) / double(all_proposed) : 0.0;
+  run.token_acceptance =
+      all_accepted + rejections ? double(all_accepted) / double(all_accepted + rejections) : 0.0;
+  run.tokens_per_step = seq_steps ? double(all_accepted + seq_steps) / double(seq_steps) : 1.0;
+  run.tok_per_s = total_ms > 0 ? 1000.0 * double(tokens) / total_ms : 0.0;
+  return run;
+}
+
+}  // namespace
+
+Result<std::vector<SpecBatchResult>> run_spec_bench(ModelRunner& target, ModelRunner& draft,
+                                                    const SpecBenchOptions& opts) {
+  SpecBenchOptions o = opts;
+  if (o.input_len < 1 || o.output_len < 4 || o.batch_sizes.empty() || o.ks.empty()) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "bench spec: --input-len >= 1, --output-len >= 4, a batch size and a k");
+  }
+  std::sort(o.ks.begin(), o.ks.end());
+  if (o.ks.front() < 1) return make_error(ErrorCode::kInvalidArgument, "bench spec: k >= 1");
+  if (target.page_size() != draft.page_size()) {
+    return make_error(ErrorCode::kInvalidArgument, "bench spec: page sizes differ");
+  }
+  if (o.valid_vocab <= 0) {
+    o.valid_vocab = int32_t(std::min(target.config().vocab_size, draft.config().vocab_size));
+  }
+  target.set_valid_vocab(o.valid_vocab);
+  draft.set_valid_vocab(o.valid_vocab);
+  std::vector<SpecBatchResult> results;
+  for (int32_t batch : o.batch_sizes) {
+    PagePool target_pool(target.num_pages()), draft_pool(draft.num_pages());
+    TANDEM_ASSIGN_OR_RETURN(Batch b, prefill(target, draft, target_pool, draft_pool, batch, o));
+    SpecBatchResult r;
+    r.batch_size = batch;
+    rewind(b, o.input_len);
+    r.plain_step_ms = run_plain(target, b, o);
+    r.plain_tok_per_s = r.plain_step_ms > 0 ? 1000.0 * batch / r.plain_step_ms : 0.0;
+    const auto want = outputs(b);
+    std::vector<SpecConfig> configs;
+    for (int32_t k : o.ks) {
+      SpecConfig c;
+      c.draft_min = 1;
+      c.draft_max = k;
+      c.fixed_k = k;
+      c.max_batch = 1 << 30;
+      configs.push_back(c);
+    }
+    SpecConfig adaptive;
+    adaptive.draft_min = 1;
+    adaptive.draft_max = o.ks.back();
+    adaptive.max_batch = o.spec_max_batch;
+    configs.push_back(adaptive);
+    for (const SpecConfig& c : configs) {
+      rewind(b, o.input_len);
+      SpecRun run = run_spec(target, draft, target_pool, draft_pool, b, c, o);
+      run.outputs_match = outputs(b) == want;
+      run.speedup = r.plain_tok_per_s > 0 ? run.tok_per_s / r.plain_tok_per_s : 0.0;
+      r.runs.push_back(run);
+    }
+    for (Sequence* seq : b.ptrs) {
+      seq->pages.release_all(target_pool);
+      seq->draft_pages.release_all(draft_pool);
+    }
+    results.push_back(std::move(r));
+  }
+  return results;
+}
+
+std::string spec_bench_json(const SpecBenchOptions& o, const std::vector<SpecBatchResult>& results,
+                            const std::string& target_label, const std::string& draft_label) {
+  nlohmann::ordered_json j;
+  j["target"] = target_label;
+  j["draft"] = draft_label;
+  j["input_len"] = o.input_len;
+  j["output_len"] = o.output_len;
+  j["results"] = nlohmann::ordered_json::array();
+  for (const SpecBatchResult& r : results) {
+    nlohmann::ordered_json b;
+    b["batch_size"] = r.batch_size;
+    b["plain"] = {{"step_ms", r.plain_step_ms}, {"tok_per_s", r.plain_tok_per_s}};
+    b["spec"] = nlohmann::ordered_json::array();
+    for (const SpecRun& s : r.runs) {
+      b["spec"].push_back({{"mode", s.mode},
+                           {"k", s.k},
+                           {"steps", s.steps},
+                           {"draft_step_ms", s.draft_step_ms},
+                           {"verify_ms", s.verify_ms},
+                           {"accept_ms", s.accept_ms},
+                           {"step_ms", s.step_ms},
+                           {"acceptance_rate", s.acceptance_rate},
+                           {"token_acceptance", s.token_acceptance},
+                           {"tokens_per_step", s.tokens_per_step},
+                           {"tok_per_s", s.tok_per_s},
+                           {"speedup", s.speedup},
+                           {"outputs_match", s.outputs_match}});
+    }
+    j["results"].push_back(std::move(b));
+  }
+  return j.dump();
+}
+
+}  // namespace tandem::bench

@@ -1,0 +1,57 @@
+// The speculative-decoding benchmark behind `tandem bench spec`: a target and a draft runner on
+// one device, batch B decoding N tokens greedily, without speculation and with SpecDecoder at
+// fixed k and with the adaptive policy. It reports what the cost model needs (draft step time,
+// verify time as a function of k), the measured acceptance, and tok/s with and without. Every
+// speculative run must reproduce the plain run's tokens; the result says whether it did.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "runner/runner.h"
+
+namespace tandem::bench {
+
+struct SpecBenchOptions {
+  int32_t input_len = 64;
+  int32_t output_len = 128;  // tokens generated per sequence (N)
+  std::vector<int32_t> batch_sizes = {1, 4, 16, 64};
+  std::vector<int32_t> ks = {1, 2, 4, 8};  // fixed draft lengths; the adaptive run uses max(ks)
+  int32_t spec_max_batch = 32;             // the adaptive policy's --spec-max-batch
+  int32_t valid_vocab = 0;                 // ids both models sample over
+};
+
+struct SpecRun {
+  std::string mode;  // "fixed" or "adaptive"
+  int32_t k = 0;     // fixed: k; adaptive: draft_max
+  int64_t steps = 0;
+  double draft_step_ms = 0;     // one draft forward of the batch (mean)
+  double verify_ms = 0;         // the target's k+1-position pass (mean per step)
+  double accept_ms = 0;         // host acceptance (mean per step)
+  double step_ms = 0;           // a whole speculative step (mean)
+  double acceptance_rate = 0;   // accepted / proposed
+  double token_acceptance = 0;  // per-token alpha: accepted / (accepted + rejections)
+  double tokens_per_step = 0;   // per sequence: accepted + 1
+  double tok_per_s = 0;
+  double speedup = 0;  // tok_per_s over the plain run's
+  bool outputs_match = false;
+};
+
+struct SpecBatchResult {
+  int32_t batch_size = 0;
+  double plain_step_ms = 0;  // median decode step of the batch without speculation
+  double plain_tok_per_s = 0;
+  std::vector<SpecRun> runs;
+};
+
+// The runners need page pools for max(batch_sizes) sequences of input_len + output_len +
+// max(ks) + 1 tokens, and max_batch_tokens >= max(batch) * (max(ks) + 1).
+Result<std::vector<SpecBatchResult>> run_spec_bench(ModelRunner& target, ModelRunner& draft,
+                                                    const SpecBenchOptions& opts);
+
+std::string spec_bench_json(const SpecBenchOptions& opts, const std::vector<SpecBatchResult>& r,
+                            const std::string& target_label, const std::string& draft_label);
+
+}  // namespace tandem::bench

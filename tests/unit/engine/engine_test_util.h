@@ -1,0 +1,84 @@
+// Shared by the engine tests: tiny random models with the real Qwen tokenizer, an observer that
+// collects every request's tokens and finish event, greedy inputs and page-accounting checks.
+#pragma once
+
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "model/mkmodel.h"
+#include "test_paths.h"
+
+namespace tandem::testing {
+
+// A model directory under the temp dir, written once per (name) and reused by later runs.
+inline std::string make_tiny_model(const std::string& name, const std::string& preset,
+                                   uint64_t seed) {
+  std::string d = std::filesystem::temp_directory_path() / name;
+  if (!std::filesystem::exists(d + "/config.json")) {
+    MkModelOptions o;
+    o.preset = preset;
+    o.out_dir = d;
+    o.seed = seed;
+    o.tokenizer_dir = qwen_tokenizer_dir();
+    Status st = make_model(o);
+    REQUIRE_MESSAGE(st.ok(), st.error().to_string());
+  }
+  return d;
+}
+
+struct Collector final : EngineObserver {
+  void on_tokens(TokenEvent ev) override {
+    std::lock_guard lock(mu);
+    auto& r = results[ev.request_id];
+    r.ids.insert(r.ids.end(), ev.ids.begin(), ev.ids.end());
+    r.text += ev.text;
+  }
+  void on_finished(FinishEvent ev) override {
+    std::lock_guard lock(mu);
+    auto& r = results[ev.request_id];
+    r.text += ev.text_tail;
+    r.finish = ev;
+  }
+  struct Result {
+    std::vector<int32_t> ids;
+    std::string text;
+    std::optional<FinishEvent> finish;
+  };
+  std::mutex mu;
+  std::map<uint64_t, Result> results;
+};
+
+inline std::vector<int32_t> prompt_of(int len, int salt) {
+  std::vector<int32_t> p;
+  for (int i = 0; i < len; ++i) p.push_back(1000 + (i * 37 + salt * 101) % 5000);
+  return p;
+}
+
+inline GenerateInput greedy(std::vector<int32_t> prompt, int max_tokens) {
+  GenerateInput in;
+  in.prompt_ids = std::move(prompt);
+  in.sampling.temperature = 0.0f;
+  in.sampling.max_tokens = max_tokens;
+  in.sampling.ignore_eos = true;
+  return in;
+}
+
+inline std::unique_ptr<Engine> make_engine(EngineOptions o) {
+  o.threads = 1;
+  auto e = Engine::create(o);
+  REQUIRE_MESSAGE(e.ok(), e.error().to_string());
+  return std::move(e).value();
+}
+
+inline void check_pages_free(const Engine& e) {
+  for (const PoolStatus& p : e.status().pools) CHECK_MESSAGE(p.used_pages == 0, p.name);
+}
+
+}  // namespace tandem::testing

@@ -1,0 +1,235 @@
+// Speculative decoding across the two-stage pipeline and at the context limit: a draft on both
+// stages (its prompt KV shipped with the target's) must never change a greedy output, must give
+// every page of all four pools back, and must not leak pages when a transfer fails.
+#include <doctest/doctest.h>
+
+#include <atomic>
+
+#include "engine/disaggregated_engine.h"
+#include "engine/engine.h"
+#include "engine/spec_decoder.h"
+#include "engine_test_util.h"
+#include "transport/local/local_transport.h"
+
+using namespace tandem;
+using namespace tandem::testing;
+
+namespace {
+
+const std::string& target_model() {
+  static const std::string d = make_tiny_model("tandem-engine-test-tiny-qwen", "tiny-qwen", 3);
+  return d;
+}
+
+// Other shapes (1 layer, 1 KV head: other page bytes) and a pattern model's next-token map
+// (model/pattern_model.h): it disagrees often with the random target, which mostly repeats its
+// input token (tied embeddings dominate a tiny random model's residual stream).
+const std::string& small_draft() {
+  static const std::string dir = [] {
+    std::string d = std::filesystem::temp_directory_path() / "tandem-spec-test-pattern-draft";
+    if (!std::filesystem::exists(d + "/config.json")) {
+      MkModelOptions o;
+      o.preset = "tiny-qwen-draft";
+      o.out_dir = d;
+      o.seed = 11;
+      o.tokenizer_dir = qwen_tokenizer_dir();
+      o.pattern = mkmodel::PatternOptions{5, 0.0, 2048};
+      Status st = make_model(o);
+      REQUIRE_MESSAGE(st.ok(), st.error().to_string());
+    }
+    return d;
+  }();
+  return dir;
+}
+
+struct Run {
+  std::map<uint64_t, Collector::Result> results;
+  std::vector<PoolStatus> pools;
+};
+
+Run run_all(EngineOptions o, const std::vector<std::vector<int32_t>>& prompts,
+            const std::vector<int>& max_tokens) {
+  o.model_dir = target_model();
+  auto engine = make_engine(o);
+  Collector col;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    REQUIRE(engine->submit(i, greedy(prompts[i], max_tokens[i]), &col).ok());
+  }
+  engine->run_until_idle();
+  return Run{col.results, engine->status().pools};
+}
+
+void check_spec_counts(const Run& run, bool self_draft) {
+  int64_t proposed = 0, accepted = 0;
+  for (const auto& [id, r] : run.results) {
+    REQUIRE(r.finish);
+    REQUIRE(r.finish->spec);
+    proposed += r.finish->spec->proposed;
+    accepted += r.finish->spec->accepted;
+  }
+  CHECK(proposed > 0);
+  if (self_draft) {
+    // The draft's prompt KV was computed on the prefill stage and shipped: a self-draft accepts
+    // everything only if those pages arrived intact in the draft's decode pool.
+    CHECK(accepted == proposed);
+  } else {
+    CHECK(accepted < proposed);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("two stages with a draft give the single-stage no-draft greedy tokens") {
+  std::vector<std::vector<int32_t>> prompts;
+  for (int len : {5, 17, 33, 40}) prompts.push_back(prompt_of(len, len));
+  const std::vector<int> max_tokens(prompts.size(), 12);
+  EngineOptions ref;
+  ref.page_size = 4;
+  const Run want = run_all(ref, prompts, max_tokens);
+
+  struct Case {
+    const char* name;
+    int k, chunk, pages;
+  };
+  const Case cases[] = {
+      {"k=1", 1, 8, 0},
+      {"k=4, chunks of 5", 4, 5, 0},
+      {"k=8", 8, 16, 0},
+      {"k=4, tiny pools force preemption", 4, 8, 30},
+  };
+  for (const bool self : {false, true}) {
+    for (const Case& c : cases) {
+      const std::string case_name = c.name;
+      CAPTURE(self);
+      CAPTURE(case_name);
+      EngineOptions o;
+      o.prefill_device = "cpu:0";
+      o.decode_device = "cpu:1";
+      o.draft_dir = self ? target_model() : small_draft();
+      o.draft_max = c.k;
+      o.draft_min = 1;
+      o.page_size = 4;
+      o.prefill_chunk = c.chunk;
+      o.kv_pages = c.pages;
+      const Run got = run_all(o, prompts, max_tokens);
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        CAPTURE(i);
+        REQUIRE(got.results.at(i).finish);
+        CHECK(got.results.at(i).finish->reason == FinishReason::kLength);
+        CHECK(got.results.at(i).ids == want.results.at(i).ids);
+      }
+      check_spec_counts(got, self);
+      REQUIRE(got.pools.size() == 4);  // target and draft, on both stages
+      for (const PoolStatus& p : got.pools) CHECK_MESSAGE(p.used_pages == 0, p.name);
+    }
+  }
+}
+
+TEST_CASE("a failed or stuck draft KV transfer fails only its request, in all four pools") {
+  const std::vector<int32_t> p1 = prompt_of(20, 1), p2 = prompt_of(20, 2);
+  EngineOptions ref;
+  const Run want = run_all(ref, {p1, p2}, {6, 6});
+  for (ErrorCode fault : {ErrorCode::kTransport, ErrorCode::kTimeout}) {
+    CAPTURE(error_code_name(fault));
+    EngineOptions o;
+    o.model_dir = target_model();
+    o.draft_dir = small_draft();
+    o.prefill_device = "cpu:0";
+    o.decode_device = "cpu:1";
+    o.prefill_chunk = 8;
+    auto engine = make_engine(o);
+    auto* disagg = dynamic_cast<DisaggregatedEngine*>(engine.get());
+    REQUIRE(disagg != nullptr);
+    disagg->ship_timeout = std::chrono::milliseconds(20);
+    auto* local = dynamic_cast<LocalTransport*>(&disagg->transport());
+    REQUIRE(local != nullptr);
+    // Fail the draft's transfers (its model has one layer, the target two) into draft page 0,
+    // which only the first request gets; the target's transfers of that chunk succeed.
+    std::atomic<int> draft_orders{0};
+    local->set_fault_hook([&](const ShipOrder& order) -> std::optional<Error> {
+      if (order.src->num_layers() != 1) return std::nullopt;
+      draft_orders++;
+      for (const PageCopy& p : order.pages) {
+        if (p.dst == 0) return make_error(fault, "injected");
+      }
+      return std::nullopt;
+    });
+    Collector col;
+    REQUIRE(engine->submit(1, greedy(p1, 6), &col).ok());
+    REQUIRE(engine->submit(2, greedy(p2, 6), &col).ok());
+    engine->run_until_idle();
+    CHECK(draft_orders.load() > 0);
+    REQUIRE(col.results[1].finish);
+    CHECK(col.results[1].finish->reason == FinishReason::kError);
+    REQUIRE(col.results[1].finish->error);
+    CHECK(col.results[1].finish->error->code == fault);
+    REQUIRE(col.results[2].finish);
+    CHECK(col.results[2].finish->reason == FinishReason::kLength);
+    CHECK(col.results[2].ids == want.results.at(1).ids);
+    REQUIRE(engine->status().pools.size() == 4);
+    check_pages_free(*engine);
+  }
+}
+
+TEST_CASE("drafts are clipped at the context limit: same tokens, finish at exactly the limit") {
+  const int limit = 40;
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<int> max_tokens;
+  for (int len : {20, 31, 37, 39}) {
+    prompts.push_back(prompt_of(len, len));
+    max_tokens.push_back(limit - len);  // prompt + output reaches the limit exactly
+  }
+  EngineOptions ref;
+  ref.max_model_len = limit;
+  const Run want = run_all(ref, prompts, max_tokens);
+  for (const bool two_stages : {false, true}) {
+    for (const bool self : {false, true}) {
+      for (int k : {2, 8}) {
+        if (two_stages && k != 8) continue;  // the clip is shared code: the largest k suffices
+        CAPTURE(two_stages);
+        CAPTURE(self);
+        CAPTURE(k);
+        EngineOptions o;
+        o.max_model_len = limit;
+        o.draft_dir = self ? target_model() : small_draft();
+        o.draft_max = k;
+        o.draft_min = 1;
+        o.page_size = 4;
+        if (two_stages) {
+          o.prefill_device = "cpu:0";
+          o.decode_device = "cpu:1";
+        }
+        // The spec decoder checks every verify pass against max_model_len (an invariant: a
+        // position past it aborts the test).
+        const Run got = run_all(o, prompts, max_tokens);
+        for (size_t i = 0; i < prompts.size(); ++i) {
+          CAPTURE(i);
+          const auto& r = got.results.at(i);
+          REQUIRE(r.finish);
+          CHECK(r.finish->reason == FinishReason::kLength);
+          CHECK(r.ids == want.results.at(i).ids);
+          CHECK(prompts[i].size() + r.ids.size() == size_t(limit));
+          if (self) CHECK(r.finish->spec->accepted == r.finish->spec->proposed);
+        }
+        for (const PoolStatus& p : got.pools) CHECK_MESSAGE(p.used_pages == 0, p.name);
+      }
+    }
+  }
+}
+
+TEST_CASE("clip_draft_length keeps k within max_tokens and max_model_len") {
+  Sequence seq;
+  seq.prompt_len = 10;
+  seq.tokens.assign(15, 7);  // 10 prompt + 5 output tokens
+  seq.params.max_tokens = 10;
+  // 5 more tokens may come: k = 4 proposals plus the bonus.
+  CHECK(clip_draft_length(seq, 8, 0) == 4);
+  CHECK(clip_draft_length(seq, 3, 0) == 3);
+  CHECK(clip_draft_length(seq, 8, 100) == 4);
+  // The context (15 + k) must stay within the model's limit.
+  CHECK(clip_draft_length(seq, 8, 17) == 2);
+  CHECK(clip_draft_length(seq, 8, 15) == 0);
+  // One token left: no proposals at all.
+  seq.tokens.assign(19, 7);
+  CHECK(clip_draft_length(seq, 8, 0) == 0);
+}
