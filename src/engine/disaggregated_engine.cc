@@ -274,7 +274,8 @@ void DisaggregatedEngine::ship_chunk(Sequence& seq, int64_t end) {
   order.dst = &decode_view_;
   order.layer_begin = 0;
   order.layer_end = prefill_view_.num_layers();
-  for (int64_t p = seq.ship_from_page; p * page_size_ < end; ++p) {
+  const int64_t first_page = seq.ship_from_page;
+  for (int64_t p = first_page; p * page_size_ < end; ++p) {
     order.pages.push_back({seq.prefill_pages.pages[size_t(p)], seq.pages.pages[size_t(p)]});
   }
   seq.ship_from_page = std::max(seq.ship_from_page, int32_t(end / page_size_));
@@ -313,7 +314,7 @@ void DisaggregatedEngine::ship_chunk(Sequence& seq, int64_t end) {
   draft_order.dst = &decode_draft_view_;
   draft_order.layer_begin = 0;
   draft_order.layer_end = prefill_draft_view_.num_layers();
-  for (int64_t p = begin / page_size_; p * page_size_ < end; ++p) {
+  for (int64_t p = first_page; p * page_size_ < end; ++p) {  // no prefix cache with a draft
     draft_order.pages.push_back(
         {seq.draft_prefill_pages.pages[size_t(p)], seq.draft_pages.pages[size_t(p)]});
   }
