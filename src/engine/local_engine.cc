@@ -226,47 +226,12 @@ std::string LocalEngine::trace_json(std::optional<uint64_t> request_id, size_t l
 }
 
 void LocalEngine::run_speculative(std::span<Sequence* const> seqs) {
-  // Per sequence, what it had proposed and accepted before this step: the step's k and
-  // accepted count are the differences.
-  std::vector<std::pair<int64_t, int64_t>> before(seqs.size());
-  for (size_t i = 0; i < seqs.size(); ++i)
-    before[i] = {seqs[i]->spec.proposed, seqs[i]->spec.accepted};
-  std::vector<std::vector<int32_t>> emitted = spec_->step(seqs, pool_, runner_->page_size());
-  const SpecDecoder::StepTiming& t = spec_->last_timing();
-  const auto now = Clock::now();
-  for (size_t i = 0; i < seqs.size(); ++i) {
-    Sequence& seq = *seqs[i];
-    if (seq.trace.enabled) {
-      Span draft;
-      draft.name = "spec_draft";
-      draft.track = Track::kDraft;
-      draft.start_ns = t.draft_start_ns;
-      draft.dur_ns = t.draft_end_ns - t.draft_start_ns;
-      draft.index = seq.decode_steps;
-      draft.tokens = int32_t(seq.spec.proposed - before[i].first);  // k
-      draft.batch = int32_t(seqs.size());
-      seq.trace.add(draft);
-      Span verify = draft;
-      verify.name = "spec_verify";
-      verify.track = Track::kVerify;
-      verify.start_ns = t.verify_start_ns;
-      verify.dur_ns = t.verify_end_ns - t.verify_start_ns;
-      verify.accepted = int32_t(seq.spec.accepted - before[i].second);
-      seq.trace.add(verify);
-    }
-    std::optional<FinishReason> reason;
-    int32_t n = 0;
-    for (int32_t token : emitted[i]) {
-      ++n;
-      if ((reason = emit_token(seq, token, now, Track::kVerify))) break;
-    }
-    if (reason) {
-      finish(&seq, *reason, std::nullopt);
-    } else {
-      spec_->commit(seq, n, pool_, runner_->page_size());
-      if (prefix_cache_) prefix_cache_->commit(seq, seq.pages, pool_, seq.num_computed);
-    }
-  }
+  spec_->run_step(
+      seqs, pool_, runner_->page_size(),
+      [this](Sequence& seq, FinishReason reason) { finish(&seq, reason, std::nullopt); },
+      [this](Sequence& seq) {
+        if (prefix_cache_) prefix_cache_->commit(seq, seq.pages, pool_, seq.num_computed);
+      });
 }
 
 void LocalEngine::run_until_idle() {

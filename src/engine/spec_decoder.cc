@@ -327,7 +327,8 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
 
 void SpecDecoder::run_step(std::span<Sequence* const> seqs, PagePool& target_pool,
                            int32_t page_size,
-                           const std::function<void(Sequence&, FinishReason)>& on_finish) {
+                           const std::function<void(Sequence&, FinishReason)>& on_finish,
+                           const std::function<void(Sequence&)>& on_commit) {
   // Per sequence, what it had proposed and accepted before this step: the step's k and
   // accepted count are the differences.
   std::vector<std::pair<int64_t, int64_t>> before(seqs.size());
@@ -367,6 +368,7 @@ void SpecDecoder::run_step(std::span<Sequence* const> seqs, PagePool& target_poo
       on_finish(seq, *reason);
     } else {
       commit(seq, n, target_pool, page_size);
+      if (on_commit) on_commit(seq);
     }
   }
 }

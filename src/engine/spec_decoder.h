@@ -87,10 +87,12 @@ class SpecDecoder {
   void commit(Sequence& seq, int32_t emitted, PagePool& target_pool, int32_t page_size);
 
   // step() with the engine's bookkeeping: a trace span per sequence, the tokens streamed (a stop
-  // condition may cut a step's tokens short), then commit() or, for a sequence that finished,
-  // `on_finish`, which must release its pages.
+  // condition may cut a step's tokens short), then commit() and `on_commit` (the prefix cache
+  // records the new full pages) or, for a sequence that finished, `on_finish`, which must
+  // release its pages.
   void run_step(std::span<Sequence* const> seqs, PagePool& target_pool, int32_t page_size,
-                const std::function<void(Sequence&, FinishReason)>& on_finish);
+                const std::function<void(Sequence&, FinishReason)>& on_finish,
+                const std::function<void(Sequence&)>& on_commit = {});
 
   // Frees the draft pages of a finished or preempted sequence.
   void release(Sequence& seq);

@@ -1,5 +1,7 @@
 #include "fake_engine.h"
 
+#include <set>
+
 #include <nlohmann/json.hpp>
 
 #include "core/check.h"
@@ -114,11 +116,14 @@ std::string FakeEngine::metrics_text() const {
 std::string FakeEngine::trace_json(std::optional<uint64_t> request_id, size_t last_n) const {
   std::lock_guard<std::mutex> lock(mu_);
   nlohmann::json events = nlohmann::json::array();
-  const size_t first =
-      request_id || last_n == 0 || last_n >= spans_.size() ? 0 : spans_.size() - last_n;
-  for (size_t i = first; i < spans_.size(); ++i) {
-    const Span& sp = spans_[i];
+  // --last N counts requests, as the engine's ring does, not spans.
+  std::set<uint64_t> last_ids;
+  for (auto it = spans_.rbegin(); it != spans_.rend() && last_ids.size() < last_n; ++it) {
+    last_ids.insert(it->id);
+  }
+  for (const Span& sp : spans_) {
     if (request_id && sp.id != *request_id) continue;
+    if (!request_id && last_n != 0 && !last_ids.count(sp.id)) continue;
     events.push_back({{"name", sp.name},
                       {"ph", "X"},
                       {"pid", 1},
