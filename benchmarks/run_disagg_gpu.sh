@@ -58,5 +58,9 @@ if [ "$GPUS" -ge 2 ]; then
   for t in $TRANSPORTS; do
     measure "disagg-$t" --prefill-device cuda:0 --decode-device cuda:1 --kv-transport "$t"
   done
+else
+  # One GPU: the two-stage pipeline with its shipping forced on (two workers, two weight copies
+  # on cuda:0): what the stage split and the KV ship cost without a second GPU's help.
+  measure split1-peer --prefill-device cuda:0 --decode-device cuda:0 --kv-transport peer
 fi
 log "finished"

@@ -25,10 +25,10 @@ step() {  # name, timeout, command...
 }
 tok_flag=()
 [ -f "$TOK/tokenizer.json" ] && tok_flag=(--tokenizer "$TOK")
-step mkmodel_q7b 150 "$BIN" mkmodel --preset qwen2.5-7b --out "$WORK/q7b" --pattern-seed 7 \
+[ -f "$WORK/q7b/config.json" ] || step mkmodel_q7b 150 "$BIN" mkmodel --preset qwen2.5-7b --out "$WORK/q7b" --pattern-seed 7 \
   --pattern-divergence 0 "${tok_flag[@]}"
 for D in 0.5 0.25 0.1; do
-  step "mkmodel_q05b_D$D" 40 "$BIN" mkmodel --preset qwen2.5-0.5b --out "$WORK/q05b_D$D" \
+  [ -f "$WORK/q05b_D$D/config.json" ] || step "mkmodel_q05b_D$D" 40 "$BIN" mkmodel --preset qwen2.5-0.5b --out "$WORK/q05b_D$D" \
     --pattern-seed 7 --pattern-divergence "$D" "${tok_flag[@]}"
   step "spec_D$D" 110 "$BIN" bench spec --model "$WORK/q7b" --draft "$WORK/q05b_D$D" \
     --device cuda:0 --input-len 64 --output-len "$OUTPUT_LEN" --batch-sizes 1,4,16,64 --ks 1,2,4,8

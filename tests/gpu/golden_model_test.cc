@@ -81,6 +81,11 @@ void check_model(const std::string& name, const nlohmann::json& expected) {
   auto model = load_model_dir(testing::golden_dir() + "/models/" + name);
   REQUIRE_MESSAGE(model.ok(), (model.ok() ? "" : model.error().to_string()));
   const int32_t new_tokens = expected["new_tokens"].get<int32_t>();
+  // The CUDA runner computes in 16 bits; an fp32 checkpoint is uploaded as bf16 (as vLLM's
+  // dtype=auto halves fp32 models), so its weights themselves carry bf16's 2^-9 relative
+  // rounding against transformers' fp32 logits: measured 1.03e-2 on the H200 for
+  // llama_tied_fp32, while the 16-bit fixtures stay under 1e-2.
+  const double logits_tol = model->config.dtype == DType::kF32 ? 2e-2 : 1e-2;
   for (int32_t page_size : {1, 16}) {
     RunnerOptions opts;
     opts.device = "cuda:0";
@@ -110,7 +115,7 @@ void check_model(const std::string& name, const nlohmann::json& expected) {
         std::vector<float> logits;
         while (seq.cached < int32_t(prompt.size()))
           logits = seq.step(std::min<int32_t>(chunk, int32_t(prompt.size()) - seq.cached));
-        CHECK(max_rel(logits, want_logits) < 1e-2);
+        CHECK(max_rel(logits, want_logits) < logits_tol);
         std::vector<int32_t> got;
         for (int32_t i = 0; i < new_tokens; ++i) {
           const int32_t next = sample_greedy(r);

@@ -104,22 +104,25 @@ struct Collector final : EngineObserver {
   std::map<uint64_t, Result> results;
 };
 
-inline std::string tiny_model_dir() {
-  static const std::string dir = [] {
-    std::string d = std::filesystem::temp_directory_path() / "tandem-transport-test-tiny-qwen";
-    if (!std::filesystem::exists(d + "/config.json")) {
-      MkModelOptions o;
-      o.preset = "tiny-qwen";
-      o.out_dir = d;
-      o.seed = 11;
-      o.tokenizer_dir = testing::qwen_tokenizer_dir();
-      Status st = make_model(o);
-      REQUIRE_MESSAGE(st.ok(), st.error().to_string());
-    }
-    return d;
-  }();
-  return dir;
+// A tiny-qwen model of random weights from `seed`, made once per process in the temp directory.
+inline std::string tiny_qwen(uint64_t seed) {
+  const std::string d = std::filesystem::temp_directory_path() /
+                        ("tandem-transport-test-tiny-qwen-" + std::to_string(seed));
+  if (!std::filesystem::exists(d + "/config.json")) {
+    MkModelOptions o;
+    o.preset = "tiny-qwen";
+    o.out_dir = d;
+    o.seed = seed;
+    o.tokenizer_dir = testing::qwen_tokenizer_dir();
+    Status st = make_model(o);
+    REQUIRE_MESSAGE(st.ok(), st.error().to_string());
+  }
+  return d;
 }
+
+inline std::string tiny_model_dir() { return tiny_qwen(11); }
+// Same vocabulary, other weights: a draft that mostly disagrees with tiny_model_dir().
+inline std::string tiny_draft_dir() { return tiny_qwen(29); }
 
 inline std::vector<int32_t> prompt_of(int len, int salt) {
   std::vector<int32_t> p;
