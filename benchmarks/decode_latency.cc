@@ -105,6 +105,7 @@ int main(int argc, char** argv) {
   std::string preset = "qwen2.5-7b";
   int input_len = 128, output_len = 128, batch = 1;
   bool graphs = true;
+  std::string sampling = "greedy";  // greedy | qwen | llama: the models' generation_config
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
     if (k == "--preset")
@@ -117,6 +118,8 @@ int main(int argc, char** argv) {
       batch = std::stoi(v);
     else if (k == "--graphs")
       graphs = v == "1";
+    else if (k == "--sampling")
+      sampling = v;
     else {
       std::fprintf(stderr, "unknown flag %s\n", k.c_str());
       return 2;
@@ -156,11 +159,25 @@ int main(int argc, char** argv) {
   lo.input_len = input_len;
   lo.output_len = output_len;
   lo.batch_size = batch;
+  if (sampling == "qwen") {  // Qwen2.5's generation_config.json
+    lo.decode_sampling.temperature = 0.7f;
+    lo.decode_sampling.top_k = 20;
+    lo.decode_sampling.top_p = 0.8f;
+    lo.decode_sampling.repetition_penalty = 1.05f;
+  } else if (sampling == "llama") {  // Llama 3.1's
+    lo.decode_sampling.temperature = 0.6f;
+    lo.decode_sampling.top_p = 0.9f;
+  } else if (sampling != "greedy") {
+    std::fprintf(stderr, "--sampling must be greedy, qwen or llama\n");
+    return 2;
+  }
   auto res = bench::run_latency(r, lo, weight_bytes);
   if (!res.ok()) {
     std::fprintf(stderr, "%s\n", res.error().to_string().c_str());
     return 1;
   }
-  std::printf("%s\n", bench::to_json(lo, *res, preset + (graphs ? "" : " (no graphs)")).c_str());
+  const std::string label = preset + (graphs ? "" : " (no graphs)") +
+                            (sampling == "greedy" ? "" : ", " + sampling + " sampling");
+  std::printf("%s\n", bench::to_json(lo, *res, label).c_str());
   return 0;
 }

@@ -4,7 +4,8 @@
 
   ttft_2k      TTFT of a 2,048-token prompt (1 output token), with the exposed KV ship time
                after the last prefill chunk and the prefill time, median of --reps;
-  tpot_idle    TPOT of a 128-token prompt generating --output-len tokens, nothing else running;
+  tpot_idle    TPOT of a 128-token prompt generating --output-len tokens, nothing else running,
+               with the model's sampling defaults (and once more greedy: tpot_idle_greedy);
   tpot_loaded  the same while a second client streams 8,192-token prompts (1 output token each)
                into prefill back to back; the ratio tpot_loaded / tpot_idle is the target
                (<= 1.1 disaggregated).
@@ -21,10 +22,10 @@ import threading
 import time
 
 
-def generate(tandem, socket, ids, max_tokens):
+def generate(tandem, socket, ids, max_tokens, extra=()):
     out = subprocess.run(
         [tandem, "generate", "--socket", socket, "--prompt-ids", ",".join(map(str, ids)),
-         "--max-tokens", str(max_tokens), "--ignore-eos", "--json"],
+         "--max-tokens", str(max_tokens), "--ignore-eos", "--json", *extra],
         check=True, capture_output=True, text=True, timeout=300).stdout
     return json.loads(out)
 
@@ -57,6 +58,9 @@ def main():
     ttft = [generate(a.tandem, a.socket, prompt(2048), 1)["timings"] for _ in range(a.reps)]
     idle = [generate(a.tandem, a.socket, prompt(128), a.output_len)["timings"]
             for _ in range(max(2, a.reps // 2))]
+    # The same with temperature 0: the model's sampling defaults against plain argmax.
+    idle_greedy = [generate(a.tandem, a.socket, prompt(128), a.output_len,
+                            ("--temperature", "0"))["timings"] for _ in range(2)]
 
     stop = threading.Event()
     load_done = []
@@ -86,6 +90,7 @@ def main():
         "kv_ship_exposed_2k_ms": summary([t["kv_ship"] for t in ttft]),
         "prefill_chunks_2k": ttft[0]["prefill_chunks"],
         "tpot_idle_ms": tpot_idle,
+        "tpot_idle_greedy_ms": summary([t["tpot"] for t in idle_greedy]),
         "tpot_loaded_ms": tpot_loaded,
         "tpot_loaded_over_idle": tpot_loaded["median"] / tpot_idle["median"],
         "load_prompts_done": len(load_done),

@@ -65,10 +65,15 @@ Result<LatencyResult> run_latency(ModelRunner& r, const LatencyOptions& o,
   const size_t nb = static_cast<size_t>(o.batch_size);
   std::vector<int32_t> toks(nb, first_token), rows(nb), out(nb);
   std::vector<SampleRequest> reqs(nb);
+  std::vector<SamplingRng> rngs(nb);
+  std::vector<std::vector<int32_t>> outputs(nb);  // [batch][step] for the penalties
   for (size_t s = 0; s < nb; ++s) {
     rows[s] = int32_t(s);
+    rngs[s] = SamplingRng{s + 1, 0};
+    outputs[s].reserve(size_t(o.output_len));
     reqs[s].logit_index = int32_t(s);
-    reqs[s].params = &greedy;
+    reqs[s].params = &o.decode_sampling;
+    reqs[s].rng = &rngs[s];
   }
   std::vector<double> steps;
   const int32_t warmup = std::min(3, (o.output_len - 1) / 2);
@@ -77,9 +82,11 @@ Result<LatencyResult> run_latency(ModelRunner& r, const LatencyOptions& o,
     for (size_t s = 0; s < nb; ++s) sl[s] = {int32_t(s), 1, o.input_len + step + 1, pages[s]};
     const auto t0 = std::chrono::steady_clock::now();
     r.forward(ForwardBatch{toks, sl, rows});
+    for (size_t s = 0; s < nb; ++s) reqs[s].history = TokenHistory{prompt, outputs[s]};
     r.sample(reqs, out);
     if (step >= warmup) steps.push_back(ms_since(t0));
     toks = out;
+    for (size_t s = 0; s < nb; ++s) outputs[s].push_back(out[s]);
   }
   LatencyResult res;
   res.ttft_ms = median(ttft);

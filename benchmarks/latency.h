@@ -1,5 +1,6 @@
 // The latency benchmark's measurement, on any ModelRunner (the CPU runner too): one prompt's
-// prefill (TTFT), then batch_size sequences decoding greedily, one token per sequence per step
+// prefill (TTFT), then batch_size sequences decoding (greedily unless decode_sampling says
+// otherwise), one token per sequence per step
 // (TPOT), as vLLM's benchmark_latency reports them. Times are host-visible: each step ends when
 // sample() has returned the ids.
 #pragma once
@@ -17,6 +18,12 @@ struct LatencyOptions {
   int32_t output_len = 128;
   int32_t batch_size = 1;
   int32_t prefill_repeats = 5;  // TTFT is the median of these, after one warm-up
+  // Decode steps sample with these settings (default greedy); penalties see prompt + output.
+  ResolvedSampling decode_sampling = [] {
+    ResolvedSampling s;
+    s.temperature = 0.0f;
+    return s;
+  }();
 };
 
 struct LatencyResult {

@@ -46,7 +46,7 @@ except Exception as e:
     print("  no result:", e); sys.exit()
 print(f"  {j['label']:<18} TTFT 2k {j['ttft_2k_ms']['median']:7.1f} ms (prefill "
       f"{j['prefill_2k_ms']['median']:.1f}, exposed ship {j['kv_ship_exposed_2k_ms']['median']:.2f}) "
-      f"TPOT idle {j['tpot_idle_ms']['median']:.2f} loaded {j['tpot_loaded_ms']['median']:.2f} "
+      f"TPOT idle {j['tpot_idle_ms']['median']:.2f} (greedy {j['tpot_idle_greedy_ms']['median']:.2f}) loaded {j['tpot_loaded_ms']['median']:.2f} "
       f"x{j['tpot_loaded_over_idle']:.2f} ({j['load_prompts_done']} 8k prompts)")
 PY
   fi

@@ -1,16 +1,12 @@
 #include "argmax.cuh"
 
+#include "block_reduce.cuh"
 #include "cuda_check.cuh"
 
 namespace tandem::kernels {
 namespace {
 
 constexpr int kThreads = 1024;
-
-__device__ __forceinline__ bool better(float v, int i, float bv, int bi) {
-  // NaN never wins; ties go to the lower id.
-  return v > bv || (v == bv && i < bi);
-}
 
 __global__ void argmax_kernel(const float* __restrict__ logits, const int32_t* __restrict__ rows,
                               int32_t stride, int32_t valid, int32_t* __restrict__ out) {
@@ -21,27 +17,11 @@ __global__ void argmax_kernel(const float* __restrict__ logits, const int32_t* _
   int bi = 0x7fffffff;
   for (int i = threadIdx.x; i < valid; i += kThreads) {
     const float v = row[i];
-    if (better(v, i, bv, bi)) bv = v, bi = i;
+    if (argmax_better(v, i, bv, bi)) bv = v, bi = i;
   }
-  for (int o = 16; o > 0; o >>= 1) {
-    const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-    const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-    if (better(ov, oi, bv, bi)) bv = ov, bi = oi;
-  }
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if (lane == 0) sv[warp] = bv, si[warp] = bi;
-  __syncthreads();
-  if (warp == 0) {
-    bv = sv[lane];
-    bi = si[lane];
-    for (int o = 16; o > 0; o >>= 1) {
-      const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-      const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-      if (better(ov, oi, bv, bi)) bv = ov, bi = oi;
-    }
-    // All -inf/NaN rows: fall back to id 0 rather than an out-of-range id.
-    if (lane == 0) out[blockIdx.x] = bi == 0x7fffffff ? 0 : bi;
-  }
+  bi = block_argmax(bv, bi, sv, si);
+  // All -inf/NaN rows: fall back to id 0 rather than an out-of-range id.
+  if (threadIdx.x == 0) out[blockIdx.x] = bi == 0x7fffffff ? 0 : bi;
 }
 
 }  // namespace

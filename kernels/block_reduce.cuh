@@ -41,4 +41,31 @@ __device__ __forceinline__ float block_max(float v, float* scratch) {
   return r;
 }
 
+// Argmax over the block: NaN never wins, ties go to the lower id; (-inf, INT_MAX) when no
+// thread saw a number. Every thread gets the result; `sv`/`si` hold 32 entries each.
+__device__ __forceinline__ bool argmax_better(float v, int i, float bv, int bi) {
+  return v > bv || (v == bv && i < bi);
+}
+
+__device__ __forceinline__ void warp_argmax(float& bv, int& bi) {
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+    const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+    if (argmax_better(ov, oi, bv, bi)) bv = ov, bi = oi;
+  }
+}
+
+__device__ __forceinline__ int block_argmax(float bv, int bi, float* sv, int* si) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  warp_argmax(bv, bi);
+  if (lane == 0) sv[warp] = bv, si[warp] = bi;
+  __syncthreads();
+  const int nwarps = (blockDim.x + 31) >> 5;
+  bv = lane < nwarps ? sv[lane] : -INFINITY;
+  bi = lane < nwarps ? si[lane] : 0x7fffffff;
+  warp_argmax(bv, bi);
+  __syncthreads();
+  return bi;
+}
+
 }  // namespace tandem::kernels

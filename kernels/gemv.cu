@@ -68,31 +68,11 @@ void dispatch(const __nv_bfloat16* x, const __nv_bfloat16* w, int32_t m, int32_t
               Out* y, cudaStream_t stream) {
   const int blocks = (n + kWarps - 1) / kWarps;
   const int threads = kWarps * 32;
-  switch (m) {
-    case 1:
-      gemv_kernel<1, Out><<<blocks, threads, 0, stream>>>(x, w, n, k, y);
-      break;
-    case 2:
-      gemv_kernel<2, Out><<<blocks, threads, 0, stream>>>(x, w, n, k, y);
-      break;
-    case 3:
-      gemv_kernel<3, Out><<<blocks, threads, 0, stream>>>(x, w, n, k, y);
-      break;
-    case 4:
-      gemv_kernel<4, Out><<<blocks, threads, 0, stream>>>(x, w, n, k, y);
-      break;
-    case 5:
-      gemv_kernel<5, Out><<<blocks, threads, 0, stream>>>(x, w, n, k, y);
-      break;
-    case 6:
-      gemv_kernel<6, Out><<<blocks, threads, 0, stream>>>(x, w, n, k, y);
-      break;
-    case 7:
-      gemv_kernel<7, Out><<<blocks, threads, 0, stream>>>(x, w, n, k, y);
-      break;
-    default:
-      gemv_kernel<8, Out><<<blocks, threads, 0, stream>>>(x, w, n, k, y);
-      break;
+  static_assert(kGemvMaxTokens == 2, "one instantiation per token count");
+  if (m == 1) {
+    gemv_kernel<1, Out><<<blocks, threads, 0, stream>>>(x, w, n, k, y);
+  } else {
+    gemv_kernel<2, Out><<<blocks, threads, 0, stream>>>(x, w, n, k, y);
   }
 }
 

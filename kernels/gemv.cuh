@@ -1,4 +1,4 @@
-// Skinny GEMM for decode: y[t, n] = sum_k x[t, k] * w[n, k] for a few tokens. At batch 1-8 the
+// Skinny GEMM for decode: y[t, n] = sum_k x[t, k] * w[n, k] for one or two tokens. At batch 1 the
 // weight read is the whole cost, and cuBLASLt reaches only 1.0-1.6 TB/s on the q/k/v and o_proj
 // shapes (GPU-MACHINE.md); one warp per output row with 16-byte loads streams the weights once.
 #pragma once
@@ -10,7 +10,10 @@
 
 namespace tandem::kernels {
 
-constexpr int32_t kGemvMaxTokens = 8;
+// Measured on the H200 (Qwen2.5-7B decode, benchmarks/NOTES.md): at 2 tokens the GEMV and
+// cuBLASLt tie (4.98 ms/step); at 4 and 8 tokens cuBLASLt wins (5.01 vs 6.22, 5.03 vs 9.93 ms),
+// because each warp converts and multiplies every token's activations again per weight load.
+constexpr int32_t kGemvMaxTokens = 2;
 
 // k % 8 == 0, 1 <= m <= kGemvMaxTokens. out_f32 picks the output type of y.
 void launch_gemv(const __nv_bfloat16* x,  // [m, k] in

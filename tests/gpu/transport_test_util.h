@@ -120,9 +120,13 @@ inline std::string tiny_qwen(uint64_t seed) {
   return d;
 }
 
-inline std::string tiny_model_dir() { return tiny_qwen(11); }
+inline std::string tiny_model_dir() {
+  return tiny_qwen(11);
+}
 // Same vocabulary, other weights: a draft that mostly disagrees with tiny_model_dir().
-inline std::string tiny_draft_dir() { return tiny_qwen(29); }
+inline std::string tiny_draft_dir() {
+  return tiny_qwen(29);
+}
 
 inline std::vector<int32_t> prompt_of(int len, int salt) {
   std::vector<int32_t> p;

@@ -1,6 +1,7 @@
 // Two GPUs (cuda:0 prefill, cuda:1 decode): every backend moves pages byte-exactly across the
 // devices, and the engine's greedy tokens equal the one-GPU run's, alone and under 8 concurrent
-// requests, and with a draft model speculating on the decode GPU. With fewer than two GPUs the test says so and exits 77 (meson: skipped).
+// requests, and with a draft model speculating on the decode GPU. With fewer than two GPUs the test
+// says so and exits 77 (meson: skipped).
 #include <doctest/doctest.h>
 
 #include <cstdio>
@@ -92,8 +93,7 @@ TEST_CASE("two GPUs give the one-GPU greedy tokens for every backend, alone and 
 TEST_CASE("speculative decoding on two GPUs gives the one-GPU greedy tokens without a draft") {
   require_two_gpus();
   const std::vector<int> lens = {1, 17, 40, 70};
-  const auto want =
-      run_greedy(engine_options("cuda:0", "cuda:0", "auto", 16, 7), lens, 24, false);
+  const auto want = run_greedy(engine_options("cuda:0", "cuda:0", "auto", 16, 7), lens, 24, false);
   for (bool self : {false, true}) {  // a disagreeing draft; the target itself (always agrees)
     for (int32_t k : {1, 3, 8}) {
       CAPTURE(self);

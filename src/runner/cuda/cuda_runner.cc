@@ -113,6 +113,7 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig& config
   r->sample_rows_ = DeviceBuffer(size_t(L * 4));
   r->sampled_ = DeviceBuffer(size_t(L * 4));
   r->sample_host_ = PinnedBuffer(size_t(2 * L * 4));
+  r->sampler_ = DeviceSampler(config.vocab_size, int32_t(L));
   const int64_t free_activations = free_now();
   r->plan_.activation_bytes = free_weights - free_activations;
 
@@ -359,11 +360,11 @@ void CudaRunner::sample(std::span<const SampleRequest> requests, std::span<int32
   TANDEM_CHECK(out_tokens.size() >= requests.size());
   const int64_t V = config_.vocab_size;
   const int32_t valid = std::min<int32_t>(valid_vocab_, int32_t(V));
-  // Plain greedy rows (no penalties, nothing suppressed) take the argmax on the device and only
-  // the ids cross PCIe; everything else copies its row and runs the reference sampler.
+  // Plain greedy rows (no penalties, nothing suppressed) take the one-pass argmax kernel; every
+  // other row goes through the device sampler. Only ids and per-row settings cross PCIe.
   int32_t* rows_host = sample_host_.as<int32_t>();
   int32_t* ids_host = rows_host + max_logits_;
-  std::vector<size_t> greedy;
+  std::vector<size_t> greedy, others;
   for (size_t i = 0; i < requests.size(); ++i) {
     const SampleRequest& r = requests[i];
     TANDEM_CHECK(r.logit_index >= 0 && r.logit_index < num_logits_ && r.params != nullptr);
@@ -372,6 +373,8 @@ void CudaRunner::sample(std::span<const SampleRequest> requests, std::span<int32
         p.frequency_penalty == 0.0f && r.suppress.empty()) {
       rows_host[greedy.size()] = r.logit_index;
       greedy.push_back(i);
+    } else {
+      others.push_back(i);
     }
   }
   if (!greedy.empty()) {
@@ -383,24 +386,9 @@ void CudaRunner::sample(std::span<const SampleRequest> requests, std::span<int32
     TANDEM_CUDA_CHECK(
         cudaMemcpyAsync(ids_host, sampled_.ptr(), size_t(n) * 4, cudaMemcpyDeviceToHost, stream_));
   }
-  std::vector<float> row;
-  size_t g = 0;
-  for (size_t i = 0; i < requests.size(); ++i) {
-    if (g < greedy.size() && greedy[g] == i) {
-      ++g;
-      continue;
-    }
-    const SampleRequest& r = requests[i];
-    row.resize(size_t(V));
-    TANDEM_CUDA_CHECK(cudaMemcpyAsync(row.data(), logits_.as<float>() + r.logit_index * V,
-                                      size_t(V) * 4, cudaMemcpyDeviceToHost, stream_));
-    TANDEM_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    apply_logits_processors(row, *r.params, r.history, r.suppress, valid);
-    TANDEM_CHECK(r.rng != nullptr || r.params->greedy());
-    SamplingRng greedy_rng;
-    out_tokens[i] = sample_token(row, *r.params, r.rng != nullptr ? *r.rng : greedy_rng);
-  }
-  TANDEM_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  // Synchronises the stream, so the argmax ids above have landed too.
+  sampler_.sample(logits_.as<float>(), valid, requests, others, out_tokens, stream_);
+  if (others.empty() && !greedy.empty()) TANDEM_CUDA_CHECK(cudaStreamSynchronize(stream_));
   for (size_t j = 0; j < greedy.size(); ++j) out_tokens[greedy[j]] = ids_host[j];
 }
 

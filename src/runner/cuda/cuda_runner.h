@@ -16,6 +16,7 @@
 
 #include "kernels/gemm.cuh"
 #include "runner/cuda/device_buffer.h"
+#include "runner/cuda/device_sampler.h"
 #include "runner/cuda/device_weights.h"
 #include "runner/runner.h"
 
@@ -109,6 +110,7 @@ class CudaRunner final : public ModelRunner {
   DeviceBuffer sample_rows_;    // [max_logits] int32
   DeviceBuffer sampled_;        // [max_logits] int32
   PinnedBuffer sample_host_;    // [2 * max_logits] int32: rows in, tokens out
+  DeviceSampler sampler_;       // every row that is not plain greedy
   int32_t num_logits_ = 0;
 
   std::map<std::tuple<int32_t, int32_t, int32_t>, cudaGraphExec_t> graphs_;  // tokens, logits,

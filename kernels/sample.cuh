@@ -1,0 +1,52 @@
+// Logits processing and sampling on the device, one block per row: penalties and banned ids,
+// then greedy, or temperature, top-k, top-p and min-p followed by one inverse-CDF draw. It
+// follows the reference sampler (src/sampling/sampler.h) rule for rule, in double precision, so
+// the same logits, settings and uniform draw give the same token; the only differences are the
+// order of floating-point sums (the top-p cut uses exact 2^-60 fixed-point sums instead), which
+// can move a boundary by ~1e-16 and never makes the result depend on the launch.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace tandem::kernels {
+
+// One row to sample. Plain data, filled on the host and copied to the device.
+struct SampleRowParams {
+  int32_t logit_row = 0;     // row of the logits matrix
+  int32_t adjust_begin = 0;  // [adjust_begin, adjust_end) of the LogitAdjust array
+  int32_t adjust_end = 0;
+  int32_t top_k = 0;         // <= 0: off
+  float temperature = 1.0f;  // 0: greedy (after the adjustments)
+  float top_p = 1.0f;        // >= 1: off
+  float min_p = 0.0f;        // <= 0: off
+  float repetition_penalty = 1.0f;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  double u = 0.0;  // the row's uniform draw in [0, 1); unused when greedy
+};
+
+// A change to one logit of one row, applied in the reference order: repetition penalty, then
+// frequency and presence penalties, then a ban. Ids are unique within a row.
+struct LogitAdjust {
+  int32_t id = 0;
+  int32_t output_count = 0;  // occurrences in the output: frequency/presence penalties
+  int32_t flags = 0;         // kAdjustRepeat | kAdjustBan
+};
+constexpr int32_t kAdjustRepeat = 1;  // in prompt ∪ output: repetition penalty
+constexpr int32_t kAdjustBan = 2;     // min_tokens: eos/stop ids banned this step
+
+// Rows processed by one launch at most: each needs a private copy of its logits.
+constexpr int32_t kSampleMaxRows = 32;
+
+void launch_sample_rows(const float* logits,  // [*, row_stride] in, left unchanged
+                        int32_t row_stride, int32_t valid_vocab,
+                        const SampleRowParams* params,  // [num_rows] device
+                        const LogitAdjust* adjust,      // device
+                        int32_t num_rows,               // <= kSampleMaxRows
+                        float* scratch,                 // [kSampleMaxRows, row_stride] fp32
+                        int32_t* out,                   // [num_rows] token ids
+                        cudaStream_t stream);
+
+}  // namespace tandem::kernels

@@ -1,0 +1,115 @@
+#include "runner/cuda/device_sampler.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/check.h"
+#include "kernels/cuda_check.cuh"
+
+namespace tandem {
+
+DeviceSampler::DeviceSampler(int64_t vocab, int32_t max_rows)
+    : vocab_(vocab),
+      max_rows_(max_rows),
+      scratch_(size_t(kernels::kSampleMaxRows) * size_t(vocab) * 4),
+      params_(size_t(max_rows) * sizeof(kernels::SampleRowParams)),
+      params_host_(size_t(max_rows) * sizeof(kernels::SampleRowParams)),
+      ids_(size_t(max_rows) * 4),
+      ids_host_(size_t(max_rows) * 4),
+      slot_of_id_(size_t(vocab), -1) {
+  // Room for a few thousand penalised ids up front; longer histories grow it (rarely, and
+  // only between steps).
+  reserve_adjustments(size_t(max_rows) * 256);
+}
+
+void DeviceSampler::reserve_adjustments(size_t entries) {
+  if (entries <= adjust_capacity_) return;
+  const size_t n = std::max(entries, 2 * adjust_capacity_);
+  adjust_ = DeviceBuffer(n * sizeof(kernels::LogitAdjust));
+  adjust_host_ = PinnedBuffer(n * sizeof(kernels::LogitAdjust));
+  adjust_capacity_ = n;
+}
+
+void DeviceSampler::append_adjustments(const SampleRequest& r, kernels::SampleRowParams& p) {
+  const ResolvedSampling& s = *r.params;
+  std::vector<int32_t> touched;
+  auto entry = [&](int32_t id) -> kernels::LogitAdjust& {
+    TANDEM_CHECK(id >= 0 && id < vocab_, "token id %d outside the logits row of %lld", id,
+                 static_cast<long long>(vocab_));
+    int32_t& slot = slot_of_id_[size_t(id)];
+    if (slot < 0) {
+      slot = int32_t(adjust_list_.size());
+      adjust_list_.push_back(kernels::LogitAdjust{id, 0, 0});
+      touched.push_back(id);
+    }
+    return adjust_list_[size_t(slot)];
+  };
+  p.adjust_begin = int32_t(adjust_list_.size());
+  if (s.repetition_penalty != 1.0f) {
+    for (int32_t id : r.history.prompt) entry(id).flags |= kernels::kAdjustRepeat;
+    for (int32_t id : r.history.output) entry(id).flags |= kernels::kAdjustRepeat;
+  }
+  if (s.frequency_penalty != 0.0f || s.presence_penalty != 0.0f) {
+    for (int32_t id : r.history.output) entry(id).output_count++;
+  }
+  for (int32_t id : r.suppress) entry(id).flags |= kernels::kAdjustBan;
+  p.adjust_end = int32_t(adjust_list_.size());
+  for (int32_t id : touched) slot_of_id_[size_t(id)] = -1;
+}
+
+void DeviceSampler::sample(const float* logits, int32_t valid_vocab,
+                           std::span<const SampleRequest> requests, std::span<const size_t> which,
+                           std::span<int32_t> out, cudaStream_t stream) {
+  const int32_t n = int32_t(which.size());
+  if (n == 0) return;
+  TANDEM_CHECK(n <= max_rows_, "%d rows to sample, room for %d", n, max_rows_);
+  auto* params = params_host_.as<kernels::SampleRowParams>();
+  adjust_list_.clear();
+  for (int32_t i = 0; i < n; ++i) {
+    const SampleRequest& r = requests[which[size_t(i)]];
+    const ResolvedSampling& s = *r.params;
+    kernels::SampleRowParams& p = params[i];
+    p = kernels::SampleRowParams{};
+    p.logit_row = r.logit_index;
+    p.top_k = s.top_k;
+    p.temperature = s.temperature;
+    p.top_p = s.top_p;
+    p.min_p = s.min_p;
+    p.repetition_penalty = s.repetition_penalty;
+    p.presence_penalty = s.presence_penalty;
+    p.frequency_penalty = s.frequency_penalty;
+    if (!s.greedy()) {
+      TANDEM_CHECK(r.rng != nullptr, "a sampled row needs its generator");
+      p.u = r.rng->next_uniform();  // exactly one draw per sampled token, as on the CPU
+    }
+    append_adjustments(r, p);
+  }
+  reserve_adjustments(adjust_list_.size());
+  if (!adjust_list_.empty()) {
+    std::memcpy(adjust_host_.as<void>(), adjust_list_.data(),
+                adjust_list_.size() * sizeof(kernels::LogitAdjust));
+    TANDEM_CUDA_CHECK(cudaMemcpyAsync(adjust_.ptr(), adjust_host_.as<void>(),
+                                      adjust_list_.size() * sizeof(kernels::LogitAdjust),
+                                      cudaMemcpyHostToDevice, stream));
+  }
+  TANDEM_CUDA_CHECK(cudaMemcpyAsync(params_.ptr(), params, size_t(n) * sizeof(*params),
+                                    cudaMemcpyHostToDevice, stream));
+  // Rows share the scratch rows, so waves of kSampleMaxRows run one after another.
+  for (int32_t w = 0; w < n; w += kernels::kSampleMaxRows) {
+    const int32_t rows = std::min(kernels::kSampleMaxRows, n - w);
+    kernels::launch_sample_rows(logits, int32_t(vocab_), valid_vocab,
+                                params_.as<kernels::SampleRowParams>() + w,
+                                adjust_.as<kernels::LogitAdjust>(), rows, scratch_.as<float>(),
+                                ids_.as<int32_t>() + w, stream);
+  }
+  TANDEM_CUDA_CHECK(cudaMemcpyAsync(ids_host_.as<void>(), ids_.ptr(), size_t(n) * 4,
+                                    cudaMemcpyDeviceToHost, stream));
+  TANDEM_CUDA_CHECK(cudaStreamSynchronize(stream));
+  const int32_t* ids = ids_host_.as<int32_t>();
+  for (int32_t i = 0; i < n; ++i) {
+    TANDEM_CHECK(ids[i] >= 0, "no finite logit left to sample from (row %d)", i);
+    out[which[size_t(i)]] = ids[i];
+  }
+}
+
+}  // namespace tandem

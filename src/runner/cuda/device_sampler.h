@@ -1,0 +1,47 @@
+// Sampling rows of device logits on the device (kernels/sample.cuh): builds each row's settings,
+// uniform draw and penalty list on the host, ships them in one copy, and returns the ids. Only
+// the ids and the small per-row lists cross PCIe, never a logits row.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "kernels/sample.cuh"
+#include "runner/cuda/device_buffer.h"
+#include "runner/runner.h"
+
+namespace tandem {
+
+class DeviceSampler {
+ public:
+  DeviceSampler() = default;
+  // vocab: the logits row length; max_rows: the most rows one sample() call takes.
+  DeviceSampler(int64_t vocab, int32_t max_rows);
+
+  // Samples requests[which[i]] into out[which[i]]; `logits` is [*, vocab] fp32 on the device.
+  // Enqueues on `stream` and returns once the ids are on the host.
+  void sample(const float* logits, int32_t valid_vocab, std::span<const SampleRequest> requests,
+              std::span<const size_t> which, std::span<int32_t> out, cudaStream_t stream);
+
+ private:
+  void append_adjustments(const SampleRequest& r, kernels::SampleRowParams& p);
+  void reserve_adjustments(size_t entries);
+
+  int64_t vocab_ = 0;
+  int32_t max_rows_ = 0;
+  DeviceBuffer scratch_;      // [kSampleMaxRows, vocab] fp32: each row's processed logits
+  DeviceBuffer params_;       // [max_rows] SampleRowParams
+  PinnedBuffer params_host_;  // [max_rows] SampleRowParams
+  DeviceBuffer ids_;          // [max_rows] int32
+  PinnedBuffer ids_host_;     // [max_rows] int32
+  DeviceBuffer adjust_;       // [adjust_capacity_] LogitAdjust, grown on demand
+  PinnedBuffer adjust_host_;  // [adjust_capacity_] LogitAdjust
+  size_t adjust_capacity_ = 0;
+  std::vector<kernels::LogitAdjust> adjust_list_;  // this call's entries, all rows
+  std::vector<int32_t> slot_of_id_;                // [vocab] index in adjust_list_, or -1
+};
+
+}  // namespace tandem
