@@ -1,7 +1,5 @@
 #include "prefill_attention.cuh"
 
-#include <mma.h>
-
 #include <cstdio>
 #include <cstdlib>
 
@@ -10,38 +8,68 @@
 namespace tandem::kernels {
 namespace {
 
-using namespace nvcuda;
-
+// Flash-attention-2 style on mma.sync m16n8k16 (bf16 in, fp32 accumulate; sm_80+): each warp
+// owns 16 query rows; scores, probabilities and the output accumulator stay in registers (the
+// score accumulator's layout is the next mma's A-operand layout, so P never touches shared
+// memory); only the Q tile and one K/V tile of 64 keys sit in shared memory.
 constexpr int kWarps = 4;              // 16 query rows each
 constexpr int kQ = kPrefillQueryTile;  // 64
-constexpr int kK = 32;                 // keys per tile
+constexpr int kKT = 64;                // keys per tile
 constexpr int kMaxD = 128;
-constexpr int kLdH = kMaxD + 8;  // bf16 rows of Q/K/V tiles (padding against bank conflicts)
-constexpr int kLdS = kK + 4;     // fp32 scores
-constexpr int kLdP = kK + 8;     // bf16 probabilities
-constexpr int kLdO = kMaxD + 4;  // fp32 output accumulator
+constexpr int kPad = 8;  // bf16 per smem row: 16 bytes, so ldmatrix rows hit distinct banks
+constexpr float kLog2e = 1.4426950408889634f;
 
+template <int D>
 struct Smem {
-  __nv_bfloat16 q[kQ * kLdH];
-  __nv_bfloat16 k[kK * kLdH];
-  __nv_bfloat16 v[kK * kLdH];
-  float s[kWarps * 16 * kLdS];
-  __nv_bfloat16 p[kWarps * 16 * kLdP];
-  float o[kWarps * 16 * kLdO];
-  float m[kQ], l[kQ], corr[kQ];
+  __nv_bfloat16 q[kQ][D + kPad];
+  __nv_bfloat16 k[kKT][D + kPad];
+  __nv_bfloat16 v[kKT][D + kPad];
   int pos[kQ];
 };
 
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+// c[16x8] += a[16x16] * b[16x8]
+__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+template <int D>
 __global__ void __launch_bounds__(kWarps * 32) prefill_attention_kernel(
     const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k_cache,
     const __nv_bfloat16* __restrict__ v_cache, const int32_t* __restrict__ tile_start,
     const int32_t* __restrict__ tile_len, const int32_t* __restrict__ token_seq,
     const int32_t* __restrict__ positions, const int32_t* __restrict__ seq_page_start,
     const int32_t* __restrict__ page_ids, PagedAttentionShape s, __nv_bfloat16* __restrict__ out) {
+  constexpr int D8 = D / 8;    // 16-byte chunks per row
+  constexpr int KC = D / 16;   // k16 chunks of the head dimension (QK^T)
+  constexpr int NT = D / 8;    // n8 tiles of the output (PV)
+  constexpr int ST = kKT / 8;  // n8 tiles of the scores
   extern __shared__ __align__(128) unsigned char smem_raw[];
-  Smem& sm = *reinterpret_cast<Smem*>(smem_raw);
+  Smem<D>& sm = *reinterpret_cast<Smem<D>*>(smem_raw);
   const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
-  const int h = blockIdx.y, D = s.head_dim, D8 = D / 8;
+  const int g = lane >> 2, tig = lane & 3;  // mma fragment coordinates
+  const int h = blockIdx.y;
   const int kvh = h / (s.num_heads / s.num_kv_heads);
   const int t0 = tile_start[blockIdx.x], n = tile_len[blockIdx.x];
   const int32_t* pages = page_ids + seq_page_start[token_seq[t0]];
@@ -52,24 +80,30 @@ __global__ void __launch_bounds__(kWarps * 32) prefill_attention_kernel(
     const int r = i / D8, c = (i % D8) * 8;
     uint4 val = make_uint4(0, 0, 0, 0);
     if (r < n) val = *reinterpret_cast<const uint4*>(q + (t0 + r) * q_stride + h * D + c);
-    *reinterpret_cast<uint4*>(&sm.q[r * kLdH + c]) = val;
+    *reinterpret_cast<uint4*>(&sm.q[r][c]) = val;
   }
-  for (int i = tid; i < kWarps * 16 * kLdO; i += blockDim.x) sm.o[i] = 0.0f;
   for (int r = tid; r < kQ; r += blockDim.x) {
-    sm.m[r] = -INFINITY;
-    sm.l[r] = 0.0f;
     sm.pos[r] = positions[t0 + (r < n ? r : 0)];  // padding rows: any valid position
   }
+  __syncthreads();
 
-  float* s_w = sm.s + w * 16 * kLdS;
-  __nv_bfloat16* p_w = sm.p + w * 16 * kLdP;
-  float* o_w = sm.o + w * 16 * kLdO;
-  const int r_lane = lane >> 1, half = lane & 1;  // softmax: two lanes per row
-  const int row = w * 16 + r_lane;
+  // This warp's Q rows as A fragments, kept for every key tile.
+  uint32_t qa[KC][4];
+#pragma unroll
+  for (int kc = 0; kc < KC; ++kc) {
+    ldmatrix_x4(qa[kc], &sm.q[w * 16 + (lane & 15)][kc * 16 + (lane >> 4) * 8]);
+  }
+  const int pos0 = sm.pos[w * 16 + g], pos1 = sm.pos[w * 16 + g + 8];
+  const float scale = s.scale * kLog2e;  // scores in log2 units: exp2 instead of exp
+  float m0 = -INFINITY, m1 = -INFINITY;  // running max of rows g and g + 8
+  float l0 = 0.0f, l1 = 0.0f;            // this thread's share of the running sums
+  float o[NT][4];
+#pragma unroll
+  for (int t = 0; t < NT; ++t) o[t][0] = o[t][1] = o[t][2] = o[t][3] = 0.0f;
 
-  for (int kt = 0; kt < num_keys; kt += kK) {
-    __syncthreads();  // previous tile's K/V reads are done (and Q/O/stats are initialised)
-    for (int i = tid; i < kK * D8; i += blockDim.x) {
+  for (int kt = 0; kt < num_keys; kt += kKT) {
+    __syncthreads();  // every warp is done with the previous tile
+    for (int i = tid; i < kKT * D8; i += blockDim.x) {
       const int j = i / D8, c = (i % D8) * 8, key = kt + j;
       uint4 kv = make_uint4(0, 0, 0, 0), vv = make_uint4(0, 0, 0, 0);  // zeros: 0 * V, not NaN
       if (key < num_keys) {
@@ -79,85 +113,121 @@ __global__ void __launch_bounds__(kWarps * 32) prefill_attention_kernel(
         kv = *reinterpret_cast<const uint4*>(k_cache + base);
         vv = *reinterpret_cast<const uint4*>(v_cache + base);
       }
-      *reinterpret_cast<uint4*>(&sm.k[j * kLdH + c]) = kv;
-      *reinterpret_cast<uint4*>(&sm.v[j * kLdH + c]) = vv;
+      *reinterpret_cast<uint4*>(&sm.k[j][c]) = kv;
+      *reinterpret_cast<uint4*>(&sm.v[j][c]) = vv;
     }
     __syncthreads();
 
-    // S = Q K^T for this warp's 16 rows and the tile's 32 keys.
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> s0, s1;
-    wmma::fill_fragment(s0, 0.0f);
-    wmma::fill_fragment(s1, 0.0f);
-    for (int k0 = 0; k0 < D; k0 += 16) {
-      wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a;
-      wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> b0, b1;
-      wmma::load_matrix_sync(a, sm.q + (w * 16) * kLdH + k0, kLdH);
-      wmma::load_matrix_sync(b0, sm.k + k0, kLdH);
-      wmma::load_matrix_sync(b1, sm.k + 16 * kLdH + k0, kLdH);
-      wmma::mma_sync(s0, a, b0, s0);
-      wmma::mma_sync(s1, a, b1, s1);
-    }
-    wmma::store_matrix_sync(s_w, s0, kLdS, wmma::mem_row_major);
-    wmma::store_matrix_sync(s_w + 16, s1, kLdS, wmma::mem_row_major);
-    __syncwarp();
-
-    // Online softmax: causal mask by position (keys past the tile's range are past every pos).
-    const int pos = sm.pos[row];
-    float vals[16];
-    float mx = -INFINITY;
+    // S = Q K^T: 16 rows x 64 keys per warp, as 8 n8 tiles.
+    float sc[ST][4];
 #pragma unroll
-    for (int c = 0; c < 16; ++c) {
-      const int col = half * 16 + c;
-      const float x = kt + col <= pos ? s_w[r_lane * kLdS + col] * s.scale : -INFINITY;
-      vals[c] = x;
-      mx = fmaxf(mx, x);
-    }
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-    const float m_old = sm.m[row];
-    const float m_new = fmaxf(m_old, mx);  // finite: key 0 is in the first tile for every row
-    float sum = 0.0f;
+    for (int j = 0; j < ST; ++j) sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.0f;
 #pragma unroll
-    for (int c = 0; c < 16; ++c) {
-      const float p = __expf(vals[c] - m_new);
-      sum += p;
-      p_w[r_lane * kLdP + half * 16 + c] = __float2bfloat16(p);
-    }
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    const float corr = __expf(m_old - m_new);
-    __syncwarp();
-    if (half == 0) {
-      sm.m[row] = m_new;
-      sm.l[row] = sm.l[row] * corr + sum;
-      sm.corr[row] = corr;
-    }
-    __syncwarp();
-    for (int i = lane; i < 16 * D; i += 32) {
-      const int r = i / D, c = i % D;
-      o_w[r * kLdO + c] *= sm.corr[w * 16 + r];
-    }
-    __syncwarp();
-
-    // O += P V
-    for (int n0 = 0; n0 < D; n0 += 16) {
-      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-      wmma::load_matrix_sync(acc, o_w + n0, kLdO, wmma::mem_row_major);
+    for (int kc = 0; kc < KC; ++kc) {
 #pragma unroll
-      for (int k0 = 0; k0 < kK; k0 += 16) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a;
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> b;
-        wmma::load_matrix_sync(a, p_w + k0, kLdP);
-        wmma::load_matrix_sync(b, sm.v + k0 * kLdH + n0, kLdH);
-        wmma::mma_sync(acc, a, b, acc);
+      for (int j = 0; j < ST; j += 2) {
+        uint32_t b[4];  // keys j*8.. and (j+1)*8.., head dims kc*16 .. +15
+        ldmatrix_x4(b,
+                    &sm.k[j * 8 + (lane & 7) + (lane >> 4) * 8][kc * 16 + ((lane >> 3) & 1) * 8]);
+        mma_bf16(sc[j], qa[kc], b[0], b[1]);
+        mma_bf16(sc[j + 1], qa[kc], b[2], b[3]);
       }
-      wmma::store_matrix_sync(o_w + n0, acc, kLdO, wmma::mem_row_major);
+    }
+
+    // Causal mask by position, then the online softmax of rows g and g + 8 (a row's 64 scores
+    // are spread over the 4 threads of a quad).
+    float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < ST; ++j) {
+      const int key = kt + j * 8 + tig * 2;
+      sc[j][0] = key <= pos0 ? sc[j][0] * scale : -INFINITY;
+      sc[j][1] = key + 1 <= pos0 ? sc[j][1] * scale : -INFINITY;
+      sc[j][2] = key <= pos1 ? sc[j][2] * scale : -INFINITY;
+      sc[j][3] = key + 1 <= pos1 ? sc[j][3] * scale : -INFINITY;
+      mx0 = fmaxf(mx0, fmaxf(sc[j][0], sc[j][1]));
+      mx1 = fmaxf(mx1, fmaxf(sc[j][2], sc[j][3]));
+    }
+#pragma unroll
+    for (int o2 = 1; o2 <= 2; o2 <<= 1) {
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, o2));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, o2));
+    }
+    // Key 0 is in the first tile and visible to every row, so the running max is finite.
+    const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
+    const float c0 = exp2f(m0 - n0), c1 = exp2f(m1 - n1);
+    m0 = n0;
+    m1 = n1;
+    l0 *= c0;
+    l1 *= c1;
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      o[t][0] *= c0;
+      o[t][1] *= c0;
+      o[t][2] *= c1;
+      o[t][3] *= c1;
+    }
+    // P in bf16 as A fragments: score tiles 2c and 2c + 1 make keys 16c .. 16c + 15.
+    uint32_t pa[ST / 2][4];
+#pragma unroll
+    for (int j = 0; j < ST; ++j) {
+      const float p0 = exp2f(sc[j][0] - n0), p1 = exp2f(sc[j][1] - n0);
+      const float p2 = exp2f(sc[j][2] - n1), p3 = exp2f(sc[j][3] - n1);
+      l0 += p0 + p1;
+      l1 += p2 + p3;
+      pa[j / 2][(j & 1) * 2 + 0] = pack_bf16(p0, p1);
+      pa[j / 2][(j & 1) * 2 + 1] = pack_bf16(p2, p3);
+    }
+
+    // O += P V: V tiles through ldmatrix.trans give the B fragments (keys x head dims).
+#pragma unroll
+    for (int c = 0; c < ST / 2; ++c) {
+#pragma unroll
+      for (int t = 0; t < NT; t += 2) {
+        uint32_t b[4];  // keys 16c.. +15, head dims t*8.. and (t+1)*8..
+        ldmatrix_x4_trans(
+            b, &sm.v[c * 16 + (lane & 7) + ((lane >> 3) & 1) * 8][t * 8 + (lane >> 4) * 8]);
+        mma_bf16(o[t], pa[c], b[0], b[1]);
+        mma_bf16(o[t + 1], pa[c], b[2], b[3]);
+      }
     }
   }
-  __syncwarp();
-  for (int i = lane; i < 16 * D; i += 32) {
-    const int r = i / D, c = i % D, qr = w * 16 + r;
-    if (qr < n)
-      out[(t0 + qr) * q_stride + h * D + c] = __float2bfloat16(o_w[r * kLdO + c] / sm.l[qr]);
+
+  // The row sums over the quad, then O / l for the rows this tile owns.
+#pragma unroll
+  for (int o2 = 1; o2 <= 2; o2 <<= 1) {
+    l0 += __shfl_xor_sync(0xffffffffu, l0, o2);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, o2);
   }
+  const int r0 = w * 16 + g, r1 = r0 + 8;
+  const float inv0 = 1.0f / l0, inv1 = 1.0f / l1;
+#pragma unroll
+  for (int t = 0; t < NT; ++t) {
+    const int col = h * D + t * 8 + tig * 2;
+    if (r0 < n) {
+      *reinterpret_cast<__nv_bfloat162*>(out + (t0 + r0) * q_stride + col) =
+          __floats2bfloat162_rn(o[t][0] * inv0, o[t][1] * inv0);
+    }
+    if (r1 < n) {
+      *reinterpret_cast<__nv_bfloat162*>(out + (t0 + r1) * q_stride + col) =
+          __floats2bfloat162_rn(o[t][2] * inv1, o[t][3] * inv1);
+    }
+  }
+}
+
+template <int D>
+void launch(const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache,
+            const int32_t* tile_start, const int32_t* tile_len, int32_t num_tiles,
+            const int32_t* token_seq, const int32_t* positions, const int32_t* seq_page_start,
+            const int32_t* page_ids, PagedAttentionShape shape, __nv_bfloat16* out,
+            cudaStream_t stream) {
+  const int smem = int(sizeof(Smem<D>));
+  // Above 48 KB a kernel must opt in (D = 128 needs ~51 KB; sm_80+ allow 99 KB or more).
+  TANDEM_CUDA_CHECK(cudaFuncSetAttribute(prefill_attention_kernel<D>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  prefill_attention_kernel<D><<<dim3(num_tiles, shape.num_heads), kWarps * 32, smem, stream>>>(
+      q, k_cache, v_cache, tile_start, tile_len, token_seq, positions, seq_page_start, page_ids,
+      shape, out);
+  TANDEM_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
@@ -175,14 +245,22 @@ void launch_prefill_attention(const __nv_bfloat16* q, const __nv_bfloat16* k_cac
                  shape.head_dim, shape.num_heads, shape.num_kv_heads);
     std::abort();
   }
-  const int smem = int(sizeof(Smem));
-  // Above 48 KB a kernel must opt in; sm_86/89 allow 99 KB per block, this needs ~84 KB.
-  TANDEM_CUDA_CHECK(cudaFuncSetAttribute(prefill_attention_kernel,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  prefill_attention_kernel<<<dim3(num_tiles, shape.num_heads), kWarps * 32, smem, stream>>>(
-      q, k_cache, v_cache, tile_start, tile_len, token_seq, positions, seq_page_start, page_ids,
-      shape, out);
-  TANDEM_CUDA_CHECK_LAUNCH();
+#define TANDEM_PREFILL_CASE(d)                                                            \
+  case d:                                                                                 \
+    launch<d>(q, k_cache, v_cache, tile_start, tile_len, num_tiles, token_seq, positions, \
+              seq_page_start, page_ids, shape, out, stream);                              \
+    break;
+  switch (shape.head_dim) {
+    TANDEM_PREFILL_CASE(16)
+    TANDEM_PREFILL_CASE(32)
+    TANDEM_PREFILL_CASE(48)
+    TANDEM_PREFILL_CASE(64)
+    TANDEM_PREFILL_CASE(80)
+    TANDEM_PREFILL_CASE(96)
+    TANDEM_PREFILL_CASE(112)
+    TANDEM_PREFILL_CASE(128)
+  }
+#undef TANDEM_PREFILL_CASE
 }
 
 }  // namespace tandem::kernels

@@ -354,7 +354,9 @@ void DisaggregatedEngine::poll_shipping() {
     }
     for (auto t : s.tickets) transport_->release(t);
     Sequence* seq = s.seq;
-    seq->kv_ship_exposed_ms = ms_between(*s.prefill_end, now);
+    // Seen landed now, after the polls above (`now` may predate the last chunk's end).
+    const auto landed = std::max(Clock::now(), *s.prefill_end);
+    seq->kv_ship_exposed_ms = ms_between(*s.prefill_end, landed);
     Span ready;  // last chunk sampled -> every transfer landed: the ship time prefill did not hide
     ready.name = "decode_ready";
     ready.track = Track::kTransport;
@@ -362,7 +364,7 @@ void DisaggregatedEngine::poll_shipping() {
         std::chrono::duration_cast<std::chrono::nanoseconds>(s.prefill_end->time_since_epoch())
             .count();
     ready.dur_ns =
-        std::chrono::duration_cast<std::chrono::nanoseconds>(now - *s.prefill_end).count();
+        std::chrono::duration_cast<std::chrono::nanoseconds>(landed - *s.prefill_end).count();
     ready.detail = transport_name_.c_str();
     seq->trace.add(ready);
     telemetry_.metrics.kv_ship_time.observe(seq->kv_ship_exposed_ms / 1e3);

@@ -248,20 +248,24 @@ void CudaRunner::forward(const ForwardBatch& batch) {
     }
     TANDEM_CHECK(num_tiles_ <= max_tiles_);
   }
-  // Decode batches with enough (token, KV head) pairs to fill the GPU take the GQA kernel (K/V
-  // read once per KV head), keys split so the grid fills it twice over, no slice shorter than a
-  // 128-key tile. Small batches keep the per-query-head kernel: measured on the H200 at batch 1
-  // (Qwen2.5-7B, 4 KV heads) the GQA kernel's 4-8 blocks cost 0.8 ms a step (NOTES.md v4).
+  // Decode batches take the GQA kernel (K/V read once per KV head, keys split so the grid fills
+  // the GPU twice over, no slice shorter than a 128-key tile) when it has at least as many
+  // blocks as the per-query-head kernel: many (token, KV head) pairs, or contexts long enough
+  // to split into a group's worth of slices. Short contexts at small batches keep the
+  // per-query-head kernel (measured on the H200: at batch 1 and 128 tokens the GQA kernel's 4-8
+  // blocks cost 0.8 ms a step; at 2,048 and 8,192 tokens the per-head kernel's 28 serial blocks
+  // cost 7.5 and 31 ms a step; NOTES.md).
   decode_splits_ = 0;
-  if (decode_only && config_.num_heads / config_.num_kv_heads <= kernels::kDecodeMaxGroup &&
-      int64_t(T) * config_.num_kv_heads >= num_sms_) {
+  const int64_t group = config_.num_heads / config_.num_kv_heads;
+  if (decode_only && group <= kernels::kDecodeMaxGroup) {
     int32_t max_ctx = 1;
     for (const SeqSlice& q : batch.seqs) max_ctx = std::max(max_ctx, q.context_len);
     const int64_t blocks = std::max<int64_t>(1, int64_t(T) * config_.num_kv_heads);
     int64_t splits = (2 * num_sms_ + blocks - 1) / blocks;
     splits = std::min<int64_t>(splits, (max_ctx + 127) / 128);
     splits = std::min<int64_t>(splits, kDecodeSplitRows / std::max(T, 1));
-    decode_splits_ = int32_t(std::clamp<int64_t>(splits, 1, kernels::kDecodeMaxSplits));
+    splits = std::clamp<int64_t>(splits, 1, kernels::kDecodeMaxSplits);
+    if (blocks >= num_sms_ || splits >= group) decode_splits_ = int32_t(splits);
   }
   const size_t meta_bytes = size_t(off_page_ids_ + refs) * 4;
   TANDEM_CUDA_CHECK(
