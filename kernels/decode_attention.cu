@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "cuda_check.cuh"
+#include "mma_sm80.cuh"
 
 namespace tandem::kernels {
 namespace {
@@ -153,6 +154,151 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(
   }
 }
 
+// The same partials on the tensor cores (head_dim % 16 == 0, <= 128): one warp per block, the
+// group's query heads as the 16 rows of an mma tile (rows past the group are zero), keys in
+// tiles of 32 through shared memory, scores, probabilities and the output in registers as in
+// prefill_attention.cu. The scalar kernel above spends G x D FMAs per key on one thread, which
+// made decode compute-bound (NOTES.md v4); here a key costs two mma columns.
+constexpr int kTcKeys = 32;
+constexpr int kTcPad = 8;
+
+template <int D>
+struct TcSmem {
+  __nv_bfloat16 q[16][D + kTcPad];
+  __nv_bfloat16 k[kTcKeys][D + kTcPad];
+  __nv_bfloat16 v[kTcKeys][D + kTcPad];
+};
+
+template <int D>
+__global__ void __launch_bounds__(32) decode_attention_tc_kernel(
+    const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k_cache,
+    const __nv_bfloat16* __restrict__ v_cache, const int32_t* __restrict__ token_seq,
+    const int32_t* __restrict__ positions, const int32_t* __restrict__ seq_page_start,
+    const int32_t* __restrict__ page_ids, PagedAttentionShape s, float* __restrict__ partials) {
+  constexpr int D8 = D / 8, KC = D / 16, NT = D / 8, ST = kTcKeys / 8;
+  __shared__ __align__(128) TcSmem<D> sm;
+  const int lane = threadIdx.x, g = lane >> 2, tig = lane & 3;
+  const int t = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z, splits = gridDim.z;
+  const int G = s.num_heads / s.num_kv_heads;
+  const int num_keys = positions[t] + 1;
+  const int chunk = (num_keys + splits - 1) / splits;
+  const int begin = split * chunk, end = min(num_keys, begin + chunk);
+  const int32_t* pages = page_ids + seq_page_start[token_seq[t]];
+
+  for (int i = lane; i < 16 * D8; i += 32) {
+    const int r = i / D8, c = (i % D8) * 8;
+    uint4 val = make_uint4(0, 0, 0, 0);
+    if (r < G) {
+      val = *reinterpret_cast<const uint4*>(q + (int64_t(t) * s.num_heads + kvh * G + r) * D + c);
+    }
+    *reinterpret_cast<uint4*>(&sm.q[r][c]) = val;
+  }
+  __syncwarp();
+  uint32_t qa[KC][4];
+#pragma unroll
+  for (int kc = 0; kc < KC; ++kc) {
+    ldmatrix_x4(qa[kc], &sm.q[lane & 15][kc * 16 + (lane >> 4) * 8]);
+  }
+  // Row g is query head g of the group; row g + 8 is padding (G <= 8) and never written.
+  float m = -INFINITY, l = 0.0f;
+  float o[NT][4];
+#pragma unroll
+  for (int n = 0; n < NT; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+
+  for (int kt = begin; kt < end; kt += kTcKeys) {
+    __syncwarp();  // the previous tile's ldmatrix reads are done
+    for (int i = lane; i < kTcKeys * D8; i += 32) {
+      const int j = i / D8, c = (i % D8) * 8, key = kt + j;
+      uint4 kv = make_uint4(0, 0, 0, 0), vv = make_uint4(0, 0, 0, 0);  // zeros: 0 * V, not NaN
+      if (key < end) {
+        const int64_t page = pages[key / s.page_size];
+        const int64_t base =
+            ((page * s.num_kv_heads + kvh) * s.page_size + key % s.page_size) * D + c;
+        kv = *reinterpret_cast<const uint4*>(k_cache + base);
+        vv = *reinterpret_cast<const uint4*>(v_cache + base);
+      }
+      *reinterpret_cast<uint4*>(&sm.k[j][c]) = kv;
+      *reinterpret_cast<uint4*>(&sm.v[j][c]) = vv;
+    }
+    __syncwarp();
+    float sc[ST][4];
+#pragma unroll
+    for (int j = 0; j < ST; ++j) sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.0f;
+#pragma unroll
+    for (int kc = 0; kc < KC; ++kc) {
+#pragma unroll
+      for (int j = 0; j < ST; j += 2) {
+        uint32_t b[4];
+        ldmatrix_x4(b,
+                    &sm.k[j * 8 + (lane & 7) + (lane >> 4) * 8][kc * 16 + ((lane >> 3) & 1) * 8]);
+        mma_bf16(sc[j], qa[kc], b[0], b[1]);
+        mma_bf16(sc[j + 1], qa[kc], b[2], b[3]);
+      }
+    }
+    float mx = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < ST; ++j) {
+      const int key = kt + j * 8 + tig * 2;
+      sc[j][0] = key < end ? sc[j][0] * s.scale : -INFINITY;
+      sc[j][1] = key + 1 < end ? sc[j][1] * s.scale : -INFINITY;
+      mx = fmaxf(mx, fmaxf(sc[j][0], sc[j][1]));
+    }
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float m_new = fmaxf(m, mx);      // key kt < end: finite
+    const float corr = __expf(m - m_new);  // m == -inf on the first tile: 0
+    m = m_new;
+    l *= corr;
+#pragma unroll
+    for (int n = 0; n < NT; ++n) o[n][0] *= corr, o[n][1] *= corr;
+    uint32_t pa[ST / 2][4];
+#pragma unroll
+    for (int j = 0; j < ST; ++j) {
+      const float p0 = __expf(sc[j][0] - m_new), p1 = __expf(sc[j][1] - m_new);
+      l += p0 + p1;
+      pa[j / 2][(j & 1) * 2 + 0] = pack_bf16(p0, p1);
+      pa[j / 2][(j & 1) * 2 + 1] = 0u;  // padding rows
+    }
+#pragma unroll
+    for (int c = 0; c < ST / 2; ++c) {
+#pragma unroll
+      for (int n = 0; n < NT; n += 2) {
+        uint32_t b[4];
+        ldmatrix_x4_trans(
+            b, &sm.v[c * 16 + (lane & 7) + ((lane >> 3) & 1) * 8][n * 8 + (lane >> 4) * 8]);
+        mma_bf16(o[n], pa[c], b[0], b[1]);
+        mma_bf16(o[n + 1], pa[c], b[2], b[3]);
+      }
+    }
+  }
+  l += __shfl_xor_sync(0xffffffffu, l, 1);
+  l += __shfl_xor_sync(0xffffffffu, l, 2);
+  if (g < G) {
+    const int h = kvh * G + g;
+    float* part = partials + ((int64_t(t) * s.num_heads + h) * splits + split) * (D + 2);
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+      part[n * 8 + tig * 2] = o[n][0];
+      part[n * 8 + tig * 2 + 1] = o[n][1];
+    }
+    if (tig == 0) {
+      part[D] = m;
+      part[D + 1] = l;
+    }
+  }
+}
+
+template <int D>
+void launch_tc(const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache,
+               const int32_t* token_seq, const int32_t* positions, const int32_t* seq_page_start,
+               const int32_t* page_ids, PagedAttentionShape shape, int32_t num_splits,
+               float* partials, cudaStream_t stream) {
+  decode_attention_tc_kernel<D>
+      <<<dim3(shape.num_tokens, shape.num_kv_heads, num_splits), 32, 0, stream>>>(
+          q, k_cache, v_cache, token_seq, positions, seq_page_start, page_ids, shape, partials);
+  TANDEM_CUDA_CHECK_LAUNCH();
+}
+
 // One block per (token, head): merge the splits' states. Split 0 is never empty.
 __global__ void combine_kernel(const float* __restrict__ partials, int D, int num_heads, int splits,
                                __nv_bfloat16* __restrict__ out) {
@@ -191,10 +337,21 @@ void launch_decode_attention(const __nv_bfloat16* q, const __nv_bfloat16* k_cach
                  shape.head_dim, shape.num_heads, shape.num_kv_heads, num_splits);
     std::abort();
   }
-  decode_attention_kernel<<<dim3(shape.num_tokens, shape.num_kv_heads, num_splits), kThreads, 0,
-                            stream>>>(q, k_cache, v_cache, token_seq, positions, seq_page_start,
-                                      page_ids, shape, partials);
-  TANDEM_CUDA_CHECK_LAUNCH();
+  switch (shape.head_dim) {
+    case 64:
+      launch_tc<64>(q, k_cache, v_cache, token_seq, positions, seq_page_start, page_ids, shape,
+                    num_splits, partials, stream);
+      break;
+    case 128:
+      launch_tc<128>(q, k_cache, v_cache, token_seq, positions, seq_page_start, page_ids, shape,
+                     num_splits, partials, stream);
+      break;
+    default:  // other head sizes: the scalar kernel
+      decode_attention_kernel<<<dim3(shape.num_tokens, shape.num_kv_heads, num_splits), kThreads, 0,
+                                stream>>>(q, k_cache, v_cache, token_seq, positions, seq_page_start,
+                                          page_ids, shape, partials);
+      TANDEM_CUDA_CHECK_LAUNCH();
+  }
   const int threads = (shape.head_dim + 31) / 32 * 32;
   combine_kernel<<<dim3(shape.num_tokens, shape.num_heads), threads, 0, stream>>>(
       partials, shape.head_dim, shape.num_heads, num_splits, out);
