@@ -24,10 +24,10 @@ GemmContext::GemmContext(size_t workspace_bytes) : workspace_bytes_(workspace_by
 
 GemmContext::~GemmContext() {
   for (auto& [key, p] : plans_) {
-    cublasLtMatrixLayoutDestroy(p.a);
-    cublasLtMatrixLayoutDestroy(p.b);
-    cublasLtMatrixLayoutDestroy(p.c);
-    cublasLtMatmulDescDestroy(p.op);
+    cublasLtMatrixLayoutDestroy(p.l.a);
+    cublasLtMatrixLayoutDestroy(p.l.b);
+    cublasLtMatrixLayoutDestroy(p.l.c);
+    cublasLtMatmulDescDestroy(p.l.op);
   }
   cudaFree(workspace_);
   cublasLtDestroy(handle_);
@@ -35,21 +35,28 @@ GemmContext::~GemmContext() {
 
 // Row-major y[m, n] is column-major y^T[n, m] = w[n, k] (column-major w^T with ld k, transposed)
 // times x^T (column-major [k, m], ld k).
-const GemmContext::Plan& GemmContext::plan(int32_t m, int32_t n, int32_t k, bool out_f32) {
-  const auto key = std::make_tuple(m, n, k, out_f32);
-  auto it = plans_.find(key);
-  if (it != plans_.end()) return it->second;
-  Plan p;
-  TANDEM_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+GemmContext::Layouts GemmContext::make_layouts(int32_t m, int32_t n, int32_t k,
+                                               bool out_f32) const {
+  Layouts l;
+  TANDEM_CUBLAS_CHECK(cublasLtMatmulDescCreate(&l.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
   TANDEM_CUBLAS_CHECK(
-      cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+      cublasLtMatmulDescSetAttribute(l.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
   TANDEM_CUBLAS_CHECK(
-      cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
-  TANDEM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_16BF, k, n, k));
-  TANDEM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_16BF, k, m, k));
+      cublasLtMatmulDescSetAttribute(l.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+  TANDEM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l.a, CUDA_R_16BF, k, n, k));
+  TANDEM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l.b, CUDA_R_16BF, k, m, k));
   TANDEM_CUBLAS_CHECK(
-      cublasLtMatrixLayoutCreate(&p.c, out_f32 ? CUDA_R_32F : CUDA_R_16BF, n, m, n));
+      cublasLtMatrixLayoutCreate(&l.c, out_f32 ? CUDA_R_32F : CUDA_R_16BF, n, m, n));
+  return l;
+}
+
+const cublasLtMatmulAlgo_t& GemmContext::searched(int32_t m_bucket, int32_t n, int32_t k,
+                                                  bool out_f32) {
+  const Key key{m_bucket, n, k, out_f32};
+  auto it = algos_.find(key);
+  if (it != algos_.end()) return it->second;
+  Layouts l = make_layouts(m_bucket, n, k, out_f32);
   cublasLtMatmulPreference_t pref;
   TANDEM_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   TANDEM_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
@@ -57,23 +64,50 @@ const GemmContext::Plan& GemmContext::plan(int32_t m, int32_t n, int32_t k, bool
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   TANDEM_CUBLAS_CHECK(
-      cublasLtMatmulAlgoGetHeuristic(handle_, p.op, p.a, p.b, p.c, p.c, pref, 1, &result, &found));
+      cublasLtMatmulAlgoGetHeuristic(handle_, l.op, l.a, l.b, l.c, l.c, pref, 1, &result, &found));
   cublasLtMatmulPreferenceDestroy(pref);
+  cublasLtMatrixLayoutDestroy(l.a);
+  cublasLtMatrixLayoutDestroy(l.b);
+  cublasLtMatrixLayoutDestroy(l.c);
+  cublasLtMatmulDescDestroy(l.op);
   if (found == 0) {
-    std::fprintf(stderr, "cuBLASLt: no algorithm for m=%d n=%d k=%d\n", m, n, k);
+    std::fprintf(stderr, "cuBLASLt: no algorithm for m=%d n=%d k=%d\n", m_bucket, n, k);
     std::abort();
   }
-  p.algo = result.algo;
+  return algos_.emplace(key, result.algo).first->second;
+}
+
+GemmContext::Plan& GemmContext::plan(int32_t m, int32_t n, int32_t k, bool out_f32) {
+  const Key key{m, n, k, out_f32};
+  auto it = plans_.find(key);
+  if (it != plans_.end()) return it->second;
+  Plan p;
+  p.l = make_layouts(m, n, k, out_f32);
+  p.algo = searched(bucket(m), n, k, out_f32);
   return plans_.emplace(key, p).first->second;
+}
+
+void GemmContext::prepare(int32_t max_m, int32_t n, int32_t k, bool out_f32) {
+  for (int32_t m = 1; m <= max_m; m = bucket(m) + 1) searched(bucket(m), n, k, out_f32);
 }
 
 void GemmContext::run(const __nv_bfloat16* x, const __nv_bfloat16* w, int32_t m, int32_t n,
                       int32_t k, void* y, bool out_f32, cudaStream_t stream) {
   if (m == 0) return;
-  const Plan& p = plan(m, n, k, out_f32);
+  Plan& p = plan(m, n, k, out_f32);
   const float alpha = 1.0f, beta = 0.0f;
-  TANDEM_CUBLAS_CHECK(cublasLtMatmul(handle_, p.op, &alpha, w, p.a, x, p.b, &beta, y, p.c, y, p.c,
-                                     &p.algo, workspace_, workspace_bytes_, stream));
+  auto matmul = [&] {
+    return cublasLtMatmul(handle_, p.l.op, &alpha, w, p.l.a, x, p.l.b, &beta, y, p.l.c, y, p.l.c,
+                          &p.algo, workspace_, workspace_bytes_, stream);
+  };
+  // The bucket's algorithm is checked by using it (cublasLtMatmulAlgoCheck costs as much as a
+  // search, ~3 ms a shape on the H200): a refusal enqueues nothing, and this m gets its own.
+  cublasStatus_t st = matmul();
+  if (st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_INVALID_VALUE) {
+    p.algo = searched(m, n, k, out_f32);
+    st = matmul();
+  }
+  TANDEM_CUBLAS_CHECK(st);
 }
 
 }  // namespace tandem::kernels

@@ -28,18 +28,34 @@ class GemmContext {
 
   size_t workspace_bytes() const { return workspace_bytes_; }
 
+  // Runs the algorithm search for every row bucket up to max_m of one weight shape, so no
+  // request pays for it later (the search costs milliseconds per shape; prompts end in chunks
+  // of every length).
+  void prepare(int32_t max_m, int32_t n, int32_t k, bool out_f32);
+
+  // Rows are searched in buckets (multiples of 16 up to 256, of 64 above): an algorithm found
+  // for the bucket serves every m in it, unless cuBLASLt refuses it for that m.
+  static int32_t bucket(int32_t m) { return m <= 256 ? (m + 15) / 16 * 16 : (m + 63) / 64 * 64; }
+
  private:
-  struct Plan {
+  struct Layouts {
     cublasLtMatmulDesc_t op = nullptr;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  };
+  struct Plan {
+    Layouts l;
     cublasLtMatmulAlgo_t algo{};
   };
-  const Plan& plan(int32_t m, int32_t n, int32_t k, bool out_f32);
+  using Key = std::tuple<int32_t, int32_t, int32_t, bool>;  // m, n, k, fp32 output
+  Layouts make_layouts(int32_t m, int32_t n, int32_t k, bool out_f32) const;
+  const cublasLtMatmulAlgo_t& searched(int32_t m_bucket, int32_t n, int32_t k, bool out_f32);
+  Plan& plan(int32_t m, int32_t n, int32_t k, bool out_f32);  // cached per exact m
 
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
-  std::map<std::tuple<int32_t, int32_t, int32_t, bool>, Plan> plans_;
+  std::map<Key, Plan> plans_;                  // exact shapes
+  std::map<Key, cublasLtMatmulAlgo_t> algos_;  // searched per row bucket
 };
 
 }  // namespace tandem::kernels

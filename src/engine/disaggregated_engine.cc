@@ -410,7 +410,8 @@ bool DisaggregatedEngine::prefill_step() {
       }
       prefill_draft_runner_->forward(ForwardBatch{batch.tokens, slices, {}});
     }
-    trace_step(plan.batch, Track::kPrefill, Track::kPrefill, t0, trace_now_ns());
+    trace_step(plan.batch, Track::kPrefill, Track::kPrefill, t0, trace_now_ns(),
+               prefill_runner_->last_forward_interval());
     commit_step(plan.batch, &Sequence::prefill_pages);
     for (const ScheduledSeq& s : plan.batch) {
       Sequence& seq = *s.seq;
@@ -501,7 +502,8 @@ bool DisaggregatedEngine::decode_step() {
     StepBatch batch = build_step_batch(plain, &Sequence::pages, Clock::now());
     decode_runner_->forward(batch.view());
     const std::vector<int32_t> sampled = sample_step(*decode_runner_, batch);
-    trace_step(plain, Track::kDecode, Track::kDecode, t0, trace_now_ns());
+    trace_step(plain, Track::kDecode, Track::kDecode, t0, trace_now_ns(),
+               decode_runner_->last_forward_interval());
     commit_step(plain, &Sequence::pages);
     if (prefix_cache_) {  // the pages landed (the sequence is here) or were written here
       std::lock_guard lock(pool_mu_);

@@ -94,6 +94,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
   ro.max_batch_tokens = options.max_num_batched_tokens;
   ro.max_seqs = options.max_num_seqs;
   ro.threads = options.threads;
+  ro.device_timing = options.trace;
   ro.device = options.decode_device;
   RunnerOptions target_ro = ro;
   // One device runs colocated (nothing shipped) unless a GPU transport is named: then two

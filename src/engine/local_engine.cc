@@ -196,7 +196,8 @@ bool LocalEngine::step() {
     StepBatch batch = build_step_batch(plain, &Sequence::pages, Clock::now());
     runner_->forward(batch.view());
     const std::vector<int32_t> sampled = sample_step(*runner_, batch);
-    trace_step(plain, Track::kPrefill, Track::kDecode, t0, trace_now_ns());
+    trace_step(plain, Track::kPrefill, Track::kDecode, t0, trace_now_ns(),
+               runner_->last_forward_interval());
     commit_step(plain, &Sequence::pages);
     if (prefix_cache_) {
       for (const ScheduledSeq& s : plain) {

@@ -45,7 +45,7 @@ std::vector<int32_t> sample_step(ModelRunner& runner, const StepBatch& batch) {
 }
 
 void trace_step(std::span<const ScheduledSeq> scheduled, Track prefill, Track decode,
-                int64_t start_ns, int64_t end_ns) {
+                int64_t start_ns, int64_t end_ns, std::shared_ptr<const DeviceInterval> device) {
   const int32_t batch = int32_t(scheduled.size());
   for (const ScheduledSeq& s : scheduled) {
     Sequence& seq = *s.seq;
@@ -59,6 +59,7 @@ void trace_step(std::span<const ScheduledSeq> scheduled, Track prefill, Track de
     span.index = is_prefill ? seq.prefill_chunks - 1 : seq.decode_steps;
     span.tokens = s.num_tokens;
     span.batch = batch;
+    span.device = device;
     seq.trace.add(span);
   }
 }
@@ -93,6 +94,9 @@ void Telemetry::on_finish(Sequence& seq, const FinishEvent& ev) {
   tr.completion_tokens = ev.usage.completion_tokens;
   tr.finish_reason = finish_reason_name(ev.reason);
   if (!tr.enabled) return;
+  // Every forward of this request has run (its last token was sampled, or it was cancelled and
+  // its work drained), so the device intervals resolve here rather than on a later query.
+  tr.resolve_device_times();
   if (seq.first_scheduled) {
     Span q;
     q.name = "queue";

@@ -34,9 +34,12 @@ StepBatch build_step_batch(std::span<const ScheduledSeq> scheduled, BlockTable S
 std::vector<int32_t> sample_step(ModelRunner& runner, const StepBatch& batch);
 
 // Adds a span for this step to every scheduled sequence's trace: prefill chunks on `prefill`,
-// decode tokens on `decode`. Call before commit_step (it reads what was pending).
+// decode tokens on `decode`. Call before commit_step (it reads what was pending). `device`: the
+// step's forward on the device (ModelRunner::last_forward_interval), which replaces the host's
+// start/end when the request's trace is finished.
 void trace_step(std::span<const ScheduledSeq> scheduled, Track prefill, Track decode,
-                int64_t start_ns, int64_t end_ns);
+                int64_t start_ns, int64_t end_ns,
+                std::shared_ptr<const DeviceInterval> device = nullptr);
 
 // Marks the scheduled tokens computed in `table`.
 void commit_step(std::span<const ScheduledSeq> scheduled, BlockTable Sequence::*table);

@@ -17,6 +17,7 @@
 #include "kv/kv_pool_view.h"
 #include "model/config.h"
 #include "sampling/sampler.h"
+#include "trace/trace.h"
 
 namespace tandem {
 
@@ -58,6 +59,8 @@ struct RunnerOptions {
   // verification keeps k + 1 rows per sequence.
   int32_t max_logit_rows = 0;
   int32_t threads = 0;  // CPU runner: 0 = hardware concurrency
+  // Time each forward on the device for traces (CUDA: a pair of events per forward).
+  bool device_timing = false;
 };
 
 // Where a runner's memory went; `tandem status` prints it (engine/memory_report.h). The CUDA
@@ -91,6 +94,10 @@ class ModelRunner {
   // Runs the model over the batch, writing K/V of every query token into its pages, and keeps
   // the logits of logit_rows for sample() / copy_logits().
   virtual void forward(const ForwardBatch& batch) = 0;
+  // The last forward's interval on the device when device_timing is on and the runner runs
+  // asynchronously (CUDA); null otherwise (the CPU runner's forward is synchronous, so the
+  // host's clock around it is exact).
+  virtual std::shared_ptr<const DeviceInterval> last_forward_interval() const { return nullptr; }
   // Samples one token per request from the last forward's logits.
   virtual void sample(std::span<const SampleRequest> requests, std::span<int32_t> out_tokens) = 0;
   // fp32 logits of the last forward: [num_logits, config().vocab_size]. For tests and

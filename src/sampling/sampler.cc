@@ -46,15 +46,26 @@ void softmax(const std::vector<double>& logits, std::vector<double>& probs) {
 // in probability go to the lower id, so the kept set is deterministic); at least one token.
 void apply_top_p(std::vector<double>& probs, float top_p) {
   if (top_p >= 1.0f) return;
-  // Only tokens still in play are sorted: after top-k that is k of them, not the whole vocab.
+  // Only tokens still in play are ordered: after top-k that is k of them, not the whole vocab.
   std::vector<int32_t> order;  // [candidates] ids, most likely first
   for (size_t i = 0; i < probs.size(); ++i)
     if (probs[i] > 0.0) order.push_back(int32_t(i));
-  std::stable_sort(order.begin(), order.end(),
-                   [&](int32_t a, int32_t b) { return probs[size_t(a)] > probs[size_t(b)]; });
+  // Probability descending, lower id first: a strict total order, so sorting only a prefix
+  // (partial_sort) puts the same ids first as sorting everything would. The prefix doubles until
+  // it holds the cut, which for a peaked distribution is a few dozen tokens of 150k.
+  const auto before = [&](int32_t a, int32_t b) {
+    const double pa = probs[size_t(a)], pb = probs[size_t(b)];
+    return pa > pb || (pa == pb && a < b);
+  };
   double cumulative = 0.0;
-  size_t kept = 0;
+  size_t kept = 0, sorted = 0;
   while (kept < order.size() && (kept == 0 || cumulative < double(top_p))) {
+    if (kept == sorted) {
+      const size_t next = std::min(order.size(), std::max<size_t>(64, 4 * sorted));
+      std::partial_sort(order.begin() + ptrdiff_t(sorted), order.begin() + ptrdiff_t(next),
+                        order.end(), before);
+      sorted = next;
+    }
     cumulative += probs[size_t(order[kept])];
     ++kept;
   }

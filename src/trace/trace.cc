@@ -6,6 +6,18 @@
 
 namespace tandem {
 
+void RequestTrace::resolve_device_times() {
+  for (Span& s : spans) {
+    if (!s.device) continue;
+    int64_t start = 0, end = 0;
+    if (s.device->resolve(start, end)) {
+      s.start_ns = start;
+      s.dur_ns = end - start;
+    }
+    s.device.reset();
+  }
+}
+
 const char* track_name(Track t) {
   switch (t) {
     case Track::kDaemon:

@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -33,6 +34,16 @@ inline int64_t trace_now_ns() {
       .count();
 }
 
+// GPU work's own interval on the device (the CUDA runner records events around a forward). It
+// is known only once the device has run the work, so a span keeps the handle and the trace
+// resolves it when the request finishes, off the hot path.
+class DeviceInterval {
+ public:
+  virtual ~DeviceInterval() = default;
+  // [start_ns, end_ns) in trace_now_ns() time; false while the work has not run yet.
+  virtual bool resolve(int64_t& start_ns, int64_t& end_ns) const = 0;
+};
+
 struct Span {
   const char* name = "";  // static string: "queue", "prefill_chunk", "kv_ship", "decode_step", ...
   Track track = Track::kDaemon;
@@ -46,6 +57,8 @@ struct Span {
   int64_t bytes = 0;             // kv_ship, stream_write
   int32_t accepted = -1;         // spec_verify: draft tokens accepted (tokens = k proposed)
   const char* detail = nullptr;  // static string: kv_ship's transport backend
+  // GPU work: the device's own interval replaces start/dur when the trace is finished.
+  std::shared_ptr<const DeviceInterval> device;
 };
 
 struct RequestTrace {
@@ -63,6 +76,8 @@ struct RequestTrace {
   void add(const Span& s) {
     if (enabled) spans.push_back(s);
   }
+  // Spans whose device interval has completed take its times; every handle is dropped.
+  void resolve_device_times();
 };
 
 // Thread-safe ring of the last `capacity` finished traces.

@@ -258,3 +258,55 @@ TEST_CASE("CUDA runner: an absent device is an error, not a crash") {
   opts.device = "gpu0";
   CHECK(CudaRunner::create(m.config, m.weights, opts).error().code == ErrorCode::kInvalidArgument);
 }
+
+TEST_CASE("CUDA runner: device timing gives each forward its own interval on the device") {
+  TinyModel m = make_tiny();
+  RunnerOptions opts;
+  opts.device = "cuda:0";
+  opts.page_size = 16;
+  opts.num_pages = 64;
+  opts.max_batch_tokens = 64;
+  opts.max_seqs = 8;
+  opts.device_timing = true;
+  auto created = CudaRunner::create(m.config, m.weights, opts);
+  REQUIRE(created.ok());
+  CudaRunner& r = **created;
+  std::vector<int32_t> a;
+  for (int i = 0; i < 60; ++i) a.push_back((i * 37 + 11) % 290);
+  std::vector<int32_t> pages = {1, 2, 3, 4, 5};
+  const int64_t before = trace_now_ns();
+  // Two chunks without sampling: the host returns before the device is done with them.
+  SeqSlice s1{0, 30, 30, pages};
+  r.forward(ForwardBatch{std::span(a.data(), 30), std::span(&s1, 1), {}});
+  const auto first = r.last_forward_interval();
+  SeqSlice s2{0, 30, 60, pages};
+  const std::vector<int32_t> rows = {29};
+  r.forward(ForwardBatch{std::span(a.data() + 30, 30), std::span(&s2, 1), rows});
+  const auto second = r.last_forward_interval();
+  REQUIRE(first != nullptr);
+  REQUIRE(second != nullptr);
+  CHECK(first != second);
+  ResolvedSampling greedy;
+  greedy.temperature = 0.0f;
+  SampleRequest req;
+  req.params = &greedy;
+  int32_t out = -1;
+  r.sample(std::span(&req, 1), std::span(&out, 1));  // waits for both forwards
+  const int64_t after = trace_now_ns();
+  int64_t s_a = 0, e_a = 0, s_b = 0, e_b = 0;
+  REQUIRE(first->resolve(s_a, e_a));
+  REQUIRE(second->resolve(s_b, e_b));
+  // Inside the host's window (the anchor's wake-up latency allowed), in order, not empty.
+  const int64_t slack = 200'000;  // 0.2 ms
+  CHECK(s_a >= before - slack);
+  CHECK(e_b <= after + slack);
+  CHECK(e_a > s_a);
+  CHECK(e_b > s_b);
+  CHECK(s_b >= e_a - slack);
+  // With timing off there is nothing to resolve.
+  opts.device_timing = false;
+  auto plain = CudaRunner::create(m.config, m.weights, opts);
+  REQUIRE(plain.ok());
+  (*plain)->forward(ForwardBatch{std::span(a.data(), 30), std::span(&s1, 1), {}});
+  CHECK((*plain)->last_forward_interval() == nullptr);
+}

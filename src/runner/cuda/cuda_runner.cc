@@ -22,9 +22,10 @@
 namespace tandem {
 namespace {
 
-constexpr int32_t kMaxGraphBatch = 256;            // decode batches captured as graphs
-constexpr int64_t kActivationSlack = 256ll << 20;  // cuBLASLt, graphs, allocator rounding
-constexpr int64_t kDecodeSplitRows = 4096;         // tokens x splits the split-K scratch holds
+constexpr int32_t kMaxGraphBatch = 256;               // decode batches captured as graphs
+constexpr int64_t kActivationSlack = 256ll << 20;     // cuBLASLt, graphs, allocator rounding
+constexpr int64_t kDecodeSplitRows = 4096;            // tokens x splits the split-K scratch holds
+constexpr int64_t kAnchorRefreshNs = 10'000'000'000;  // device-timing clock anchor: every 10 s
 
 }  // namespace
 
@@ -114,6 +115,14 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig& config
   r->sampled_ = DeviceBuffer(size_t(L * 4));
   r->sample_host_ = PinnedBuffer(size_t(2 * L * 4));
   r->sampler_ = DeviceSampler(config.vocab_size, int32_t(L));
+  // Every GEMM shape's algorithm search, for every row bucket, before the first request.
+  r->gemm_->prepare(int32_t(T), int32_t(QKV), int32_t(H), false);
+  r->gemm_->prepare(int32_t(T), int32_t(H), int32_t(QD), false);
+  r->gemm_->prepare(int32_t(T), int32_t(2 * I), int32_t(H), false);
+  r->gemm_->prepare(int32_t(T), int32_t(H), int32_t(I), false);
+  r->gemm_->prepare(int32_t(L), int32_t(config.vocab_size), int32_t(H), true);
+  r->device_timing_ = opts.device_timing;
+  if (r->device_timing_) r->anchor_ = make_clock_anchor(r->stream_);
   const int64_t free_activations = free_now();
   r->plan_.activation_bytes = free_weights - free_activations;
 
@@ -272,7 +281,17 @@ void CudaRunner::forward(const ForwardBatch& batch) {
       cudaMemcpyAsync(meta_dev_.as<int32_t>(), m, meta_bytes, cudaMemcpyHostToDevice, stream_));
   TANDEM_CUDA_CHECK(cudaEventRecord(meta_copied_, stream_));
   num_logits_ = L;
+  last_interval_ = nullptr;
   if (T == 0) return;
+  // Events around the launch only: a capture must not record them into the graph.
+  auto timed = [&](auto&& launch) {
+    if (!device_timing_) return launch();
+    auto interval = std::make_shared<CudaInterval>(anchor_);
+    interval->record_start(stream_);
+    launch();
+    interval->record_end(stream_);
+    last_interval_ = std::move(interval);
+  };
 
   if (use_graphs_ && decode_only && T <= kMaxGraphBatch) {
     const auto key = std::make_tuple(T, L, decode_splits_);
@@ -293,9 +312,10 @@ void CudaRunner::forward(const ForwardBatch& batch) {
       free_after_graphs_ = int64_t(free_after);
       it = graphs_.emplace(key, exec).first;
     }
-    TANDEM_CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
+    cudaGraphExec_t exec = it->second;
+    timed([&] { TANDEM_CUDA_CHECK(cudaGraphLaunch(exec, stream_)); });
   } else {
-    run_model(T, L);
+    timed([&] { run_model(T, L); });
   }
 }
 
@@ -394,6 +414,10 @@ void CudaRunner::sample(std::span<const SampleRequest> requests, std::span<int32
   sampler_.sample(logits_.as<float>(), valid, requests, others, out_tokens, stream_);
   if (others.empty() && !greedy.empty()) TANDEM_CUDA_CHECK(cudaStreamSynchronize(stream_));
   for (size_t j = 0; j < greedy.size(); ++j) out_tokens[greedy[j]] = ids_host[j];
+  // The stream is idle here, so a fresh clock anchor costs one event round trip.
+  if (device_timing_ && trace_now_ns() - anchor_->host_ns > kAnchorRefreshNs) {
+    anchor_ = make_clock_anchor(stream_);
+  }
 }
 
 void CudaRunner::copy_logits(std::span<float> out) {

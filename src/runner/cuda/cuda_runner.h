@@ -16,6 +16,7 @@
 
 #include "kernels/gemm.cuh"
 #include "runner/cuda/device_buffer.h"
+#include "runner/cuda/device_interval.h"
 #include "runner/cuda/device_sampler.h"
 #include "runner/cuda/device_weights.h"
 #include "runner/runner.h"
@@ -44,6 +45,9 @@ class CudaRunner final : public ModelRunner {
   }
 
   void forward(const ForwardBatch& batch) override;
+  std::shared_ptr<const DeviceInterval> last_forward_interval() const override {
+    return last_interval_;
+  }
   void sample(std::span<const SampleRequest> requests, std::span<int32_t> out_tokens) override;
   void copy_logits(std::span<float> out) override;
   KvPoolView kv_pool_view() override;
@@ -111,6 +115,9 @@ class CudaRunner final : public ModelRunner {
   DeviceBuffer sampled_;        // [max_logits] int32
   PinnedBuffer sample_host_;    // [2 * max_logits] int32: rows in, tokens out
   DeviceSampler sampler_;       // every row that is not plain greedy
+  bool device_timing_ = false;  // events around each forward, for trace spans
+  std::shared_ptr<const ClockAnchor> anchor_;
+  std::shared_ptr<const DeviceInterval> last_interval_;
   int32_t num_logits_ = 0;
 
   std::map<std::tuple<int32_t, int32_t, int32_t>, cudaGraphExec_t> graphs_;  // tokens, logits,

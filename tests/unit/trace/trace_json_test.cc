@@ -174,3 +174,54 @@ TEST_CASE("the checker rejects broken traces") {
   CHECK(bad.size() == 5);  // outside, negative dur, unnamed track, flow, missing tokenize
   CHECK_MESSAGE(!bad.empty(), join(bad));
 }
+
+namespace {
+
+// A device interval that has (or has not yet) run, as the CUDA runner's events would report.
+struct FakeInterval final : DeviceInterval {
+  bool done = false;
+  int64_t start = 0, end = 0;
+  bool resolve(int64_t& s, int64_t& e) const override {
+    if (!done) return false;
+    s = start;
+    e = end;
+    return true;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("spans of GPU work take the device's interval when the trace is finished") {
+  auto ran = std::make_shared<FakeInterval>();
+  ran->done = true;
+  ran->start = 5'000;
+  ran->end = 12'000;
+  auto pending = std::make_shared<FakeInterval>();
+  RequestTrace tr;
+  {
+    Span host;  // host-timed: left alone
+    host.name = "tokenize";
+    host.start_ns = 100;
+    host.dur_ns = 50;
+    tr.add(host);
+    Span chunk = host;
+    chunk.name = "prefill_chunk";
+    chunk.start_ns = 1'000;  // the host's launch window
+    chunk.dur_ns = 300;
+    chunk.device = ran;
+    tr.add(chunk);
+    Span unfinished = chunk;  // a cancelled request's last launch may never have run
+    unfinished.device = pending;
+    tr.add(unfinished);
+  }
+  tr.resolve_device_times();
+  REQUIRE(tr.spans.size() == 3);
+  CHECK(tr.spans[0].start_ns == 100);
+  CHECK(tr.spans[0].dur_ns == 50);
+  CHECK(tr.spans[1].start_ns == 5'000);
+  CHECK(tr.spans[1].dur_ns == 7'000);
+  CHECK(tr.spans[2].start_ns == 1'000);
+  CHECK(tr.spans[2].dur_ns == 300);
+  for (const Span& s : tr.spans) CHECK(s.device == nullptr);  // handles (events) released
+  CHECK(ran.use_count() == 1);
+}
