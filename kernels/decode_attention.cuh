@@ -13,7 +13,7 @@
 
 namespace tandem::kernels {
 
-constexpr int32_t kDecodeMaxGroup = 8;  // query heads per KV head
+constexpr int32_t kDecodeMaxGroup = 8;    // query heads per KV head
 constexpr int32_t kDecodeMaxSplits = 64;  // 8,192 keys in slices of 128 at batch 1
 
 // Floats of scratch `partials` must hold: num_tokens * num_heads * num_splits * (head_dim + 2).
