@@ -95,6 +95,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
   ro.max_seqs = options.max_num_seqs;
   ro.threads = options.threads;
   ro.device = options.decode_device;
+  ro.quantization = options.quantization;
   RunnerOptions target_ro = ro;
   // One device runs colocated (nothing shipped) unless a GPU transport is named: then two
   // runners share the device (tests of the shipping path on one GPU), each with half the memory.
@@ -118,8 +119,11 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<ModelRunner> decode_runner,
                           make_runner(model, target_ro));
   std::optional<DraftModel> draft;
+  // The draft is quantized (or not) independently of the target.
+  RunnerOptions draft_ro = ro;
+  draft_ro.quantization = options.draft_quantization;
   if (!options.draft_dir.empty()) {
-    TANDEM_ASSIGN_OR_RETURN(DraftModel d, load_draft(options, ro, tokenizer));
+    TANDEM_ASSIGN_OR_RETURN(DraftModel d, load_draft(options, draft_ro, tokenizer));
     draft = std::move(d);
   }
   if (colocated) {
@@ -133,11 +137,12 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
   // device's memory is split between the two models as on the decode device.
   ro.device = options.prefill_device;
   target_ro.device = options.prefill_device;
+  draft_ro.device = options.prefill_device;
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<ModelRunner> prefill_runner,
                           make_runner(model, draft ? target_ro : ro));
   std::unique_ptr<ModelRunner> prefill_draft_runner;
   if (draft) {
-    TANDEM_ASSIGN_OR_RETURN(prefill_draft_runner, make_runner(*draft->model, ro));
+    TANDEM_ASSIGN_OR_RETURN(prefill_draft_runner, make_runner(*draft->model, draft_ro));
   }
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<KvTransport> transport,
                           make_transport(options.kv_transport, prefill_runner->kv_pool_view(),
