@@ -34,6 +34,8 @@ Result<DraftModel> load_draft(const EngineOptions& options, const RunnerOptions&
   }
   DraftModel d;
   TANDEM_ASSIGN_OR_RETURN(ModelDir dm, load_model_dir(options.draft_dir));
+  TANDEM_TRY(
+      load_time_quantization(options.draft_quantization, dm.config.quant, "--draft-quantization"));
   d.model = std::make_unique<ModelDir>(std::move(dm));
   TANDEM_ASSIGN_OR_RETURN(Tokenizer dt, Tokenizer::load(options.draft_dir));
   if (dt.vocab_size() != target_tokenizer.vocab_size()) {
@@ -74,6 +76,8 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
     return policy.error();
   }
   TANDEM_ASSIGN_OR_RETURN(ModelDir model, load_model_dir(options.model_dir));
+  // Checked here so the message names the flag; the runners apply it.
+  TANDEM_TRY(load_time_quantization(options.quantization, model.config.quant, "--quantization"));
   if (options.max_model_len < 0 || options.max_model_len > model.config.max_position_embeddings) {
     return make_error(ErrorCode::kInvalidArgument,
                       "max_model_len " + std::to_string(options.max_model_len) +
