@@ -265,7 +265,8 @@ TEST_CASE("golden output through the socket, from the client library and the tan
   auto [rc6c, last] = run({cli, "trace", "--socket", d.socket, "--last", "2"});
   CHECK(rc6c == 0);
   std::set<uint64_t> last_ids;
-  for (const auto& e : nlohmann::json::parse(last)["traceEvents"]) last_ids.insert(e["tid"].get<uint64_t>());
+  for (const auto& e : nlohmann::json::parse(last)["traceEvents"])
+    last_ids.insert(e["tid"].get<uint64_t>());
   CHECK(last_ids.size() == 2);
 
   // chat keeps the conversation: the second turn's prompt holds the first exchange.
