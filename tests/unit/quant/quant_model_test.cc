@@ -311,3 +311,68 @@ TEST_CASE("engine: an fp8-at-load target with a gptq draft; status shows each mo
       refused.error().message.starts_with("--draft-quantization fp8: the checkpoint is "
                                           "already quantized (gptq int4"));
 }
+
+TEST_CASE("mkmodel writes each format's tensors and quantization_config as its exporter does") {
+  const std::string down = "model.layers.0.mlp.down_proj";  // [64, 128] in tiny-qwen
+  struct Want {
+    std::string name;
+    std::vector<std::pair<std::string, DType>> tensors;  // suffix, dtype
+    std::string method;
+  };
+  for (const Want& w : std::vector<Want>{
+           {"fp8",
+            {{".weight", DType::kF8E4M3},
+             {".weight_scale", DType::kF32},
+             {".input_scale", DType::kF32}},
+            "fp8"},
+           {"fp8-channel",
+            {{".weight", DType::kF8E4M3}, {".weight_scale", DType::kF32}},
+            "compressed-tensors"},
+           {"fp8-block", {{".weight", DType::kF8E4M3}, {".weight_scale_inv", DType::kF32}}, "fp8"},
+           {"awq",
+            {{".qweight", DType::kI32}, {".qzeros", DType::kI32}, {".scales", DType::kF16}},
+            "awq"},
+           {"gptq",
+            {{".qweight", DType::kI32},
+             {".qzeros", DType::kI32},
+             {".scales", DType::kF16},
+             {".g_idx", DType::kI32}},
+            "gptq"}}) {
+    CAPTURE(w.name);
+    ScratchDir dir("mkmodel-" + w.name);
+    make(dir, w.name);
+    const nlohmann::json config = read_json(dir.file("config.json"));
+    CHECK(config["quantization_config"]["quant_method"] == w.method);
+    auto m = load_model_dir(dir.path.string());
+    REQUIRE(m.ok());
+    for (const auto& [suffix, dtype] : w.tensors) {
+      const TensorView* t = m->weights.find(down + suffix);
+      REQUIRE_MESSAGE(t != nullptr, (down + suffix));
+      CHECK(t->dtype == dtype);
+    }
+    const bool has_float_weight = m->weights.find(down + ".weight") != nullptr;
+    CHECK(has_float_weight == w.name.starts_with("fp8"));  // int4 formats store no float weight
+    CHECK(m->weights.find("model.embed_tokens.weight")->dtype == DType::kBF16);
+  }
+}
+
+TEST_CASE("mkmodel: group size 64 for tiny-qwen's 64 inputs; gptq-desc-act permutes g_idx") {
+  ScratchDir dir("mkmodel-desc-act");
+  make(dir, "gptq-desc-act");
+  const nlohmann::json qc = read_json(dir.file("config.json"))["quantization_config"];
+  CHECK(qc["group_size"] == 64);
+  CHECK(qc["desc_act"] == true);
+  CHECK(qc["checkpoint_format"] == "gptq");
+  auto m = load_model_dir(dir.path.string());
+  REQUIRE(m.ok());
+  // down_proj: 128 inputs in 2 groups of 64, not in order.
+  const auto g_idx = values<int32_t>(*m->weights.find("model.layers.0.mlp.down_proj.g_idx"));
+  REQUIRE(g_idx.size() == 128);
+  int in_order = 0, group0 = 0;
+  for (size_t i = 0; i < g_idx.size(); ++i) {
+    in_order += g_idx[i] == int32_t(i / 64);
+    group0 += g_idx[i] == 0;
+  }
+  CHECK(in_order < 128);
+  CHECK(group0 == 64);  // every group holds group_size features
+}
