@@ -1,6 +1,7 @@
 #include "model/quant_config.h"
 
 #include <algorithm>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <regex>
 

@@ -3,8 +3,10 @@
 // (reference_quant.h). Also mkmodel's quantizers: packing round trips and error bounds.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
+#include <tuple>
 
 #include "core/dtype.h"
 #include "model/dequant.h"

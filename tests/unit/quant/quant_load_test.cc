@@ -3,6 +3,8 @@
 // weight bytes per format that `tandem status` shows.
 #include <doctest/doctest.h>
 
+#include <cstdio>
+#include <cstring>
 #include <functional>
 #include <nlohmann/json.hpp>
 

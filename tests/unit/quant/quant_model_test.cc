@@ -5,9 +5,12 @@
 // Load-time fp8 is checked against a compressed-tensors checkpoint quantized here.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
