@@ -84,7 +84,7 @@ void register_bench(CLI::App& app, int& exit_code) {
   register_bench_spec(bench, exit_code);
   auto* lat = bench->add_subcommand("latency", "Prefill and decode latency of one batch");
   struct Flags {
-    std::string model, device = "cuda:0";
+    std::string model, device = "cuda:0", quantization;
     bench::LatencyOptions opts;
     int32_t page_size = 16;
     bool json = false;
@@ -98,6 +98,8 @@ void register_bench(CLI::App& app, int& exit_code) {
   lat->add_option("--batch-size", f->opts.batch_size, "Sequences decoding together")
       ->capture_default_str();
   lat->add_option("--page-size", f->page_size, "KV page size")->capture_default_str();
+  lat->add_option("--quantization", f->quantization,
+                  "fp8: quantize a float checkpoint's Linears at load");
   lat->add_flag("--json", f->json, "Print one JSON object");
   lat->callback([f, &exit_code] {
     auto fail = [&](const Error& e) {
@@ -114,6 +116,7 @@ void register_bench(CLI::App& app, int& exit_code) {
     ro.num_pages = per_seq * f->opts.batch_size;
     ro.max_batch_tokens = std::max(f->opts.input_len, f->opts.batch_size);
     ro.max_seqs = f->opts.batch_size;
+    ro.quantization = f->quantization;
     auto runner = make_runner(*model, ro);
     if (!runner) return fail(runner.error());
     // Bytes a decode step reads: every weight once, except the gathered embedding table (which

@@ -3,6 +3,7 @@
 
 #include "commands.h"
 #include "model/mkmodel.h"
+#include "model/mkmodel_quant.h"
 
 namespace tandem::cli {
 
@@ -17,6 +18,12 @@ void register_mkmodel(CLI::App& app, int& exit_code) {
   cmd->add_option("--tokenizer", opts->tokenizer_dir,
                   "Folder with tokenizer.json / tokenizer_config.json to copy in");
   cmd->add_option("--max-shard-bytes", opts->max_shard_bytes, "Largest safetensors shard");
+  std::string quantizations;
+  for (const std::string& q : mkmodel::quantization_names())
+    quantizations += (quantizations.empty() ? "" : ", ") + q;
+  cmd->add_option("--quantization", opts->quantization,
+                  "Write the decoder Linears quantized (docs/quantization.md): " + quantizations)
+      ->check(CLI::IsMember(mkmodel::quantization_names()));
   auto pattern = std::make_shared<mkmodel::PatternOptions>();
   auto* pattern_seed =
       cmd->add_option("--pattern-seed", pattern->seed,

@@ -15,6 +15,11 @@ struct EngineFlags {
 inline void add_engine_flags(CLI::App* cmd, EngineFlags& f) {
   cmd->add_option("--model", f.options.model_dir, "Hugging Face model directory")->required();
   cmd->add_option("--draft", f.options.draft_dir, "Draft model directory (speculative decoding)");
+  cmd->add_option("--quantization", f.options.quantization,
+                  "fp8: quantize a float checkpoint's Linears to FP8 at load (quantized "
+                  "checkpoints run as stored without it)");
+  cmd->add_option("--draft-quantization", f.options.draft_quantization,
+                  "fp8: the same for the draft model");
   cmd->add_option("--device", f.device, "cpu or cuda:N for both stages");
   cmd->add_option("--prefill-device", f.options.prefill_device);
   cmd->add_option("--decode-device", f.options.decode_device);

@@ -1,5 +1,6 @@
 #include "core/dtype.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace tandem {
@@ -99,6 +100,39 @@ uint16_t f32_to_f16(float f) {
   const uint32_t rest = mant & 0x1fffu;
   if (rest > 0x1000u || (rest == 0x1000u && (half & 1u))) ++half;  // round to nearest even
   return uint16_t(sign | half);
+}
+
+float fp8_e4m3_to_f32(uint8_t bits) {
+  const int exponent = (bits >> 3) & 15;
+  const int mantissa = bits & 7;
+  if (exponent == 15 && mantissa == 7) return std::nanf("");
+  // Normal: (1 + m/8) * 2^(e - 7) = (8 + m) * 2^(e - 10); subnormal: m/8 * 2^-6 = m * 2^-9.
+  const float magnitude = exponent == 0 ? std::ldexp(float(mantissa), -9)
+                                        : std::ldexp(float(8 + mantissa), exponent - 10);
+  return (bits & 0x80) ? -magnitude : magnitude;
+}
+
+uint8_t f32_to_fp8_e4m3(float f) {
+  if (std::isnan(f)) return 0x7f;
+  const uint8_t sign = std::signbit(f) ? 0x80 : 0;
+  const float a = std::fabs(f);
+  if (a >= kFp8E4M3Max) return sign | 0x7e;
+  if (a < 0.015625f) {
+    // Subnormal range (below 2^-6): steps of 2^-9; rounding up to 8 gives 0x08, the smallest
+    // normal, which is the right encoding.
+    return uint8_t(sign | int(std::nearbyint(a * 512.0f)));
+  }
+  int e = 0;
+  std::frexp(a, &e);  // a in [2^(e-1), 2^e)
+  // Eight steps per binade: q in [8, 16] (exact scaling by a power of two, then RNE).
+  int q = int(std::nearbyint(std::ldexp(a, 4 - e)));
+  int biased = e - 1 + 7;
+  if (q == 16) {
+    q = 8;
+    ++biased;
+  }
+  const int bits = std::min((biased << 3) | (q - 8), 0x7e);
+  return uint8_t(sign | bits);
 }
 
 }  // namespace tandem

@@ -33,4 +33,11 @@ inline uint16_t f32_to_bf16(float f) {
 float f16_to_f32(uint16_t bits);
 uint16_t f32_to_f16(float f);
 
+// FP8 E4M3 as torch.float8_e4m3fn and safetensors' F8_E4M3 store it: bias 7, no infinities,
+// 0x7f/0xff are NaN, largest finite ±448, subnormals down to 2^-9.
+float fp8_e4m3_to_f32(uint8_t bits);
+// Round to nearest even, saturating at ±448 as every FP8 quantizer clamps first; NaN → 0x7f.
+uint8_t f32_to_fp8_e4m3(float f);
+inline constexpr float kFp8E4M3Max = 448.0f;
+
 }  // namespace tandem

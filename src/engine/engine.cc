@@ -34,6 +34,8 @@ Result<DraftModel> load_draft(const EngineOptions& options, const RunnerOptions&
   }
   DraftModel d;
   TANDEM_ASSIGN_OR_RETURN(ModelDir dm, load_model_dir(options.draft_dir));
+  TANDEM_TRY(
+      load_time_quantization(options.draft_quantization, dm.config.quant, "--draft-quantization"));
   d.model = std::make_unique<ModelDir>(std::move(dm));
   TANDEM_ASSIGN_OR_RETURN(Tokenizer dt, Tokenizer::load(options.draft_dir));
   if (dt.vocab_size() != target_tokenizer.vocab_size()) {
@@ -74,6 +76,8 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
     return policy.error();
   }
   TANDEM_ASSIGN_OR_RETURN(ModelDir model, load_model_dir(options.model_dir));
+  // Checked here so the message names the flag; the runners apply it.
+  TANDEM_TRY(load_time_quantization(options.quantization, model.config.quant, "--quantization"));
   if (options.max_model_len < 0 || options.max_model_len > model.config.max_position_embeddings) {
     return make_error(ErrorCode::kInvalidArgument,
                       "max_model_len " + std::to_string(options.max_model_len) +
@@ -96,6 +100,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
   ro.threads = options.threads;
   ro.device_timing = options.trace;
   ro.device = options.decode_device;
+  ro.quantization = options.quantization;
   RunnerOptions target_ro = ro;
   // One device runs colocated (nothing shipped) unless a GPU transport is named: then two
   // runners share the device (tests of the shipping path on one GPU), each with half the memory.
@@ -119,8 +124,11 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<ModelRunner> decode_runner,
                           make_runner(model, target_ro));
   std::optional<DraftModel> draft;
+  // The draft is quantized (or not) independently of the target.
+  RunnerOptions draft_ro = ro;
+  draft_ro.quantization = options.draft_quantization;
   if (!options.draft_dir.empty()) {
-    TANDEM_ASSIGN_OR_RETURN(DraftModel d, load_draft(options, ro, tokenizer));
+    TANDEM_ASSIGN_OR_RETURN(DraftModel d, load_draft(options, draft_ro, tokenizer));
     draft = std::move(d);
   }
   if (colocated) {
@@ -134,11 +142,12 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
   // device's memory is split between the two models as on the decode device.
   ro.device = options.prefill_device;
   target_ro.device = options.prefill_device;
+  draft_ro.device = options.prefill_device;
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<ModelRunner> prefill_runner,
                           make_runner(model, draft ? target_ro : ro));
   std::unique_ptr<ModelRunner> prefill_draft_runner;
   if (draft) {
-    TANDEM_ASSIGN_OR_RETURN(prefill_draft_runner, make_runner(*draft->model, ro));
+    TANDEM_ASSIGN_OR_RETURN(prefill_draft_runner, make_runner(*draft->model, draft_ro));
   }
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<KvTransport> transport,
                           make_transport(options.kv_transport, prefill_runner->kv_pool_view(),

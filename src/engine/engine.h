@@ -25,6 +25,10 @@ struct GenerationDefaults;
 struct EngineOptions {
   std::string model_dir;
   std::string draft_dir;  // empty = no speculative decoding
+  // --quantization / --draft-quantization: "" runs the checkpoint as stored (quantized or not);
+  // "fp8" quantizes a float checkpoint's Linears to FP8 at load (docs/quantization.md).
+  std::string quantization;
+  std::string draft_quantization;
   std::string prefill_device = "cpu";
   std::string decode_device = "cpu";  // "cpu", "cpu:N" (a CPU stage of its own), "cuda:N"
   std::string kv_transport = "auto";  // auto | local | peer | nccl | host_staged

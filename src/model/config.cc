@@ -1,6 +1,8 @@
 #include "model/config.h"
 
 #include "model/json_fields.h"
+#include "model/quant_tensors.h"
+#include "model/weight_names.h"
 
 namespace tandem {
 
@@ -167,6 +169,14 @@ Result<ModelConfig> parse_model_config(const std::string& json_text, const std::
                                                      *name + "' is not a supported dtype");
     }
     c.dtype = *t;
+  }
+
+  if (auto qc = j.find("quantization_config"); qc != j.end() && !qc->is_null()) {
+    TANDEM_ASSIGN_OR_RETURN(c.quant, parse_quant_config(*qc, source));
+    for (const LinearModule& l : layer_linears(c)) {
+      if (c.quant.quantizes(l.module))
+        TANDEM_TRY(check_quant_fits(c.quant, l.module, l.out_features, l.in_features, source));
+    }
   }
 
   TANDEM_ASSIGN_OR_RETURN(auto bos, optional_int(j, "bos_token_id", source));

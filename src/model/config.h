@@ -9,6 +9,7 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "model/quant_config.h"
 
 namespace tandem {
 
@@ -40,6 +41,7 @@ struct ModelConfig {
   bool attention_bias = false;  // q/k/v bias (Qwen2 always; Llama when attention_bias)
   bool mlp_bias = false;
   DType dtype = DType::kBF16;  // torch_dtype
+  QuantConfig quant;           // quantization_config; format kNone for float checkpoints
   std::optional<int32_t> bos_token_id;
   std::vector<int32_t> eos_token_ids;
 };

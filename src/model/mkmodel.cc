@@ -2,14 +2,18 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <future>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "core/check.h"
 #include "model/mkmodel_presets.h"
+#include "model/mkmodel_quant.h"
 #include "model/random_weights.h"
 #include "model/safetensors.h"
 #include "model/weight_names.h"
@@ -27,6 +31,7 @@ struct PlannedTensor {
   ExpectedTensor tensor;
   uint64_t numel = 0;
   uint64_t nbytes = 0;
+  DType dtype = DType::kBF16;
 };
 
 mkmodel::Init init_of(ExpectedTensor::Kind kind) {
@@ -37,6 +42,7 @@ mkmodel::Init init_of(ExpectedTensor::Kind kind) {
       return mkmodel::Init::kSmall;
     case ExpectedTensor::Kind::kEmbedding:
     case ExpectedTensor::Kind::kLinear:
+    case ExpectedTensor::Kind::kQuantized:  // quantized from kNormal floats (QuantizedModule)
       return mkmodel::Init::kNormal;
   }
   return mkmodel::Init::kNormal;
@@ -162,6 +168,37 @@ FillFn fill_of(const PlannedTensor& t, uint64_t key, DType dtype, const mkmodel:
   };
 }
 
+// The tensors of the quantized Linear being written: a Linear's tensors are consecutive in
+// expected_tensors order, so one module is held at a time.
+struct QuantizedModule {
+  std::string module;
+  std::map<std::string, std::vector<std::byte>> tensors;  // full name → stored bytes
+};
+
+// Quantizes `module` from the float weights its unquantized checkpoint would have.
+void quantize_module(QuantizedModule& cache, const std::string& module, const ModelConfig& config,
+                     const mkmodel::Preset& preset, uint64_t seed,
+                     const mkmodel::PatternMap* pattern) {
+  if (cache.module == module) return;
+  int64_t out = 0, in = 0;
+  for (const LinearModule& l : layer_linears(config)) {
+    if (l.module == module) {
+      out = l.out_features;
+      in = l.in_features;
+    }
+  }
+  PlannedTensor dense;
+  dense.tensor = {module + ".weight", {out, in}, ExpectedTensor::Kind::kLinear};
+  dense.numel = uint64_t(out * in);
+  dense.dtype = DType::kF32;
+  const uint64_t key = mkmodel::tensor_key(seed, preset.seed_salt, dense.tensor.name);
+  std::vector<float> w(size_t(dense.numel));  // [out, in]
+  fill_of(dense, key, DType::kF32, preset, seed, pattern)(0, w.size(),
+                                                          reinterpret_cast<std::byte*>(w.data()));
+  cache.module = module;
+  cache.tensors = mkmodel::quantize_linear(config.quant, module, out, in, w, key);
+}
+
 // Generates one tensor in chunks, each chunk split across threads, and streams it out.
 Status write_tensor(ChunkStream& stream, const PlannedTensor& t, const FillFn& fill, DType dtype,
                     unsigned threads) {
@@ -218,6 +255,11 @@ Status make_model(const MkModelOptions& options) {
   // A pattern model unties lm_head (same shape and matmul as the tied read of the embedding).
   mkmodel::Preset copy = *found;
   if (options.pattern) copy.config.tie_word_embeddings = false;
+  std::optional<mkmodel::QuantChoice> quant;
+  if (!options.quantization.empty()) {
+    TANDEM_ASSIGN_OR_RETURN(quant, mkmodel::quantization_choice(options.quantization, copy.config));
+    copy.config.quant = quant->config;
+  }
   const mkmodel::Preset* preset = &copy;
   std::optional<mkmodel::PatternMap> pattern;
   if (options.pattern) pattern.emplace(*options.pattern, copy.config);
@@ -239,8 +281,9 @@ Status make_model(const MkModelOptions& options) {
   if (ec) return make_error(ErrorCode::kIo, dir.string() + ": cannot create: " + ec.message());
   TANDEM_TRY(remove_old_weights(dir));
 
-  TANDEM_TRY(
-      write_text(dir / "config.json", mkmodel::config_json(*preset, options.dtype).dump(2) + "\n"));
+  nlohmann::ordered_json config = mkmodel::config_json(*preset, options.dtype);
+  if (quant) config["quantization_config"] = quant->json;
+  TANDEM_TRY(write_text(dir / "config.json", config.dump(2) + "\n"));
   TANDEM_TRY(write_text(dir / "generation_config.json", preset->generation.dump(2) + "\n"));
   if (!options.tokenizer_dir.empty()) TANDEM_TRY(copy_tokenizer(options.tokenizer_dir, dir));
   if (pattern) {
@@ -255,15 +298,18 @@ Status make_model(const MkModelOptions& options) {
   }
 
   // Plan shards greedily in save order, as transformers' shard_checkpoint does.
-  const size_t elem = dtype_size(options.dtype);
   std::vector<std::vector<PlannedTensor>> shards(1);
   uint64_t shard_bytes = 0;
   uint64_t total_bytes = 0;
+  size_t max_elem = dtype_size(options.dtype);
   for (ExpectedTensor& t : expected_tensors(preset->config)) {
     PlannedTensor p;
+    // A quantized Linear's tensors have their format's dtypes (the first one listed).
+    p.dtype = t.kind == ExpectedTensor::Kind::kQuantized ? t.dtypes.at(0) : options.dtype;
+    max_elem = std::max(max_elem, dtype_size(p.dtype));
     p.numel = 1;
     for (int64_t d : t.shape) p.numel *= uint64_t(d);
-    p.nbytes = p.numel * elem;
+    p.nbytes = p.numel * dtype_size(p.dtype);
     p.tensor = std::move(t);
     if (!shards.back().empty() && shard_bytes + p.nbytes > uint64_t(options.max_shard_bytes)) {
       shards.emplace_back();
@@ -275,25 +321,39 @@ Status make_model(const MkModelOptions& options) {
   }
 
   const unsigned threads = std::max(1u, std::thread::hardware_concurrency());
+  QuantizedModule quantized;
   nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
   for (size_t s = 0; s < shards.size(); ++s) {
     const std::string name =
         shards.size() == 1 ? "model.safetensors" : shard_name(s, shards.size());
     std::vector<SafetensorsWriter::Entry> entries;
     for (const PlannedTensor& p : shards[s]) {
-      entries.push_back({p.tensor.name, options.dtype, p.tensor.shape});
+      entries.push_back({p.tensor.name, p.dtype, p.tensor.shape});
       weight_map[p.tensor.name] = name;
     }
     TANDEM_ASSIGN_OR_RETURN(
         SafetensorsWriter writer,
         SafetensorsWriter::create((dir / name).string(), std::move(entries), {{"format", "pt"}}));
     {
-      ChunkStream stream(writer, kChunkElems * elem);
+      ChunkStream stream(writer, kChunkElems * max_elem);
       for (const PlannedTensor& p : shards[s]) {
         const uint64_t key = mkmodel::tensor_key(options.seed, preset->seed_salt, p.tensor.name);
-        const FillFn fill =
-            fill_of(p, key, options.dtype, *preset, options.seed, pattern ? &*pattern : nullptr);
-        TANDEM_TRY(write_tensor(stream, p, fill, options.dtype, threads));
+        FillFn fill;
+        if (p.tensor.kind == ExpectedTensor::Kind::kQuantized) {
+          quantize_module(quantized, p.tensor.module, preset->config, *preset, options.seed,
+                          pattern ? &*pattern : nullptr);
+          const std::vector<std::byte>& bytes = quantized.tensors.at(p.tensor.name);
+          const size_t elem = dtype_size(p.dtype);
+          TANDEM_CHECK(bytes.size() == p.numel * elem, "%s: %zu bytes quantized, %llu planned",
+                       p.tensor.name.c_str(), bytes.size(), (unsigned long long)(p.numel * elem));
+          fill = [&bytes, elem](uint64_t first, size_t count, std::byte* out) {
+            std::memcpy(out, bytes.data() + first * elem, count * elem);
+          };
+        } else {
+          fill =
+              fill_of(p, key, options.dtype, *preset, options.seed, pattern ? &*pattern : nullptr);
+        }
+        TANDEM_TRY(write_tensor(stream, p, fill, p.dtype, threads));
       }
       TANDEM_TRY(stream.wait());
     }

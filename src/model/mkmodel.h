@@ -28,6 +28,10 @@ struct MkModelOptions {
   // Set: a pattern model (model/pattern_model.h) with an untied lm_head, for speculative
   // decoding benchmarks with a known acceptance; pattern.json in the directory records it.
   std::optional<mkmodel::PatternOptions> pattern;
+  // Empty: float weights. Otherwise one of fp8, fp8-channel, fp8-block, awq, gptq,
+  // gptq-desc-act (model/mkmodel_quant.h): the decoder Linears are written in that format,
+  // embeddings, norms, biases and lm_head in `dtype`.
+  std::string quantization;
 };
 
 // Writes config.json, generation_config.json, the safetensors shards and the tokenizer files.

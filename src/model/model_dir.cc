@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "core/check.h"
+#include "model/quant_tensors.h"
 #include "model/weight_names.h"
 
 namespace tandem {
@@ -43,16 +44,26 @@ Result<std::string> read_file(const fs::path& path) {
 Result<ModelWeights> resolve_weights(const ModelConfig& config, const WeightStore& store) {
   std::vector<std::string> missing;
   std::vector<std::string> wrong_shape;
+  std::vector<std::string> wrong_dtype;
   std::set<std::string> expected_names;
   for (const ExpectedTensor& e : expected_tensors(config)) {
     expected_names.insert(e.name);
     const TensorView* t = store.find(e.name);
     if (t == nullptr) {
-      missing.push_back(e.name);
-    } else if (t->shape != e.shape) {
+      if (!e.optional) missing.push_back(e.name);
+    } else if (t->shape != e.shape && std::find(e.other_shapes.begin(), e.other_shapes.end(),
+                                                t->shape) == e.other_shapes.end()) {
       wrong_shape.push_back("'" + e.name + "' in " + t->file + " has shape " +
                             shape_string(t->shape) + ", config.json implies " +
                             shape_string(e.shape));
+    } else if (!e.dtypes.empty() &&
+               std::find(e.dtypes.begin(), e.dtypes.end(), t->dtype) == e.dtypes.end()) {
+      std::string allowed;
+      for (DType d : e.dtypes)
+        allowed += (allowed.empty() ? "" : " or ") + std::string(dtype_name(d));
+      wrong_dtype.push_back("'" + e.name + "' in " + t->file + " is " +
+                            std::string(dtype_name(t->dtype)) + ", quantization_config implies " +
+                            allowed);
     }
   }
   std::vector<std::string> unexpected;
@@ -62,13 +73,14 @@ Result<ModelWeights> resolve_weights(const ModelConfig& config, const WeightStor
     if (config.tie_word_embeddings && name == "lm_head.weight") continue;
     unexpected.push_back("'" + name + "' (" + t.file + ")");
   }
-  if (!missing.empty() || !wrong_shape.empty() || !unexpected.empty()) {
+  if (!missing.empty() || !wrong_shape.empty() || !wrong_dtype.empty() || !unexpected.empty()) {
     std::string msg = "weights do not match config.json (" + config.architecture + "):";
     if (!missing.empty()) {
       msg +=
           " missing tensors (" + std::to_string(missing.size()) + "): " + name_list(missing) + ";";
     }
     if (!wrong_shape.empty()) msg += " wrong shapes: " + name_list(wrong_shape) + ";";
+    if (!wrong_dtype.empty()) msg += " wrong dtypes: " + name_list(wrong_dtype) + ";";
     if (!unexpected.empty()) {
       msg += " unexpected tensors (" + std::to_string(unexpected.size()) +
              "): " + name_list(unexpected) + ";";
@@ -92,18 +104,39 @@ Result<ModelWeights> resolve_weights(const ModelConfig& config, const WeightStor
     const std::string p = "model.layers." + std::to_string(i) + ".";
     LayerWeights l{};
     l.input_norm = get(p + "input_layernorm.weight");
-    l.q_proj = get(p + "self_attn.q_proj.weight");
-    l.k_proj = get(p + "self_attn.k_proj.weight");
-    l.v_proj = get(p + "self_attn.v_proj.weight");
+    // The stored weight of a projection and, when quantized, the rest of its tensors.
+    auto linear = [&](const char* name, int64_t out_features, int64_t in_features,
+                      const TensorView*& weight, LinearQuant& quant) -> Status {
+      const std::string module = p + name;
+      if (!config.quant.quantizes(module)) {
+        weight = get(module + ".weight");
+        quant = LinearQuant{};
+        quant.out_features = out_features;
+        quant.in_features = in_features;
+        return Status::Ok();
+      }
+      weight = get(stored_weight_name(config.quant, module));
+      TANDEM_ASSIGN_OR_RETURN(
+          quant, resolve_linear_quant(config.quant, store, module, out_features, in_features));
+      return Status::Ok();
+    };
+    const int64_t q_out = config.num_heads * config.head_dim;
+    const int64_t kv_out = config.num_kv_heads * config.head_dim;
+    const int64_t h = config.hidden_size;
+    const int64_t inter = config.intermediate_size;
+    LayerQuant& lq = l.quant;
+    TANDEM_TRY(linear("self_attn.q_proj", q_out, h, l.q_proj, lq.q_proj));
+    TANDEM_TRY(linear("self_attn.k_proj", kv_out, h, l.k_proj, lq.k_proj));
+    TANDEM_TRY(linear("self_attn.v_proj", kv_out, h, l.v_proj, lq.v_proj));
+    TANDEM_TRY(linear("self_attn.o_proj", h, q_out, l.o_proj, lq.o_proj));
+    TANDEM_TRY(linear("mlp.gate_proj", inter, h, l.gate_proj, lq.gate_proj));
+    TANDEM_TRY(linear("mlp.up_proj", inter, h, l.up_proj, lq.up_proj));
+    TANDEM_TRY(linear("mlp.down_proj", h, inter, l.down_proj, lq.down_proj));
     l.q_bias = get_if(config.attention_bias, p + "self_attn.q_proj.bias");
     l.k_bias = get_if(config.attention_bias, p + "self_attn.k_proj.bias");
     l.v_bias = get_if(config.attention_bias, p + "self_attn.v_proj.bias");
-    l.o_proj = get(p + "self_attn.o_proj.weight");
     l.o_bias = get_if(o_bias, p + "self_attn.o_proj.bias");
     l.post_attn_norm = get(p + "post_attention_layernorm.weight");
-    l.gate_proj = get(p + "mlp.gate_proj.weight");
-    l.up_proj = get(p + "mlp.up_proj.weight");
-    l.down_proj = get(p + "mlp.down_proj.weight");
     l.gate_bias = get_if(config.mlp_bias, p + "mlp.gate_proj.bias");
     l.up_bias = get_if(config.mlp_bias, p + "mlp.up_proj.bias");
     l.down_bias = get_if(config.mlp_bias, p + "mlp.down_proj.bias");

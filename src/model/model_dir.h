@@ -7,11 +7,14 @@
 
 #include "core/error.h"
 #include "model/config.h"
+#include "model/quant_linear.h"
 #include "model/safetensors.h"
 
 namespace tandem {
 
 // Per-layer weights, pointing into the WeightStore. Shapes are HF's ([out, in] for Linear).
+// A quantized projection's pointer is its stored weight (F8_E4M3 `weight` [out, in], or the
+// packed I32 `qweight`, model/quant_tensors.h); `quant` says how to read it.
 struct LayerWeights {
   const TensorView* input_norm;      // [hidden]
   const TensorView* q_proj;          // [num_heads * head_dim, hidden]
@@ -31,6 +34,7 @@ struct LayerWeights {
   const TensorView* gate_bias = nullptr;  // [intermediate] or null
   const TensorView* up_bias = nullptr;    // [intermediate] or null
   const TensorView* down_bias = nullptr;  // [hidden] or null
+  LayerQuant quant;                       // format kNone everywhere for a float checkpoint
 };
 
 struct ModelWeights {

@@ -1,5 +1,6 @@
 #include "runner/runner.h"
 
+#include "model/model_dir.h"
 #include "tandem_build_config.h"
 
 namespace tandem {
@@ -13,11 +14,23 @@ bool is_device_name(const std::string& device, const std::string& kind) {
   return true;
 }
 
+Status cuda_runner_supports(const ModelConfig& config, const RunnerOptions& opts) {
+  TANDEM_ASSIGN_OR_RETURN(
+      QuantConfig q, load_time_quantization(opts.quantization, config.quant, "--quantization"));
+  if (!q.quantized()) return Status::Ok();
+  return make_error(ErrorCode::kUnsupported,
+                    std::string("quantization '") + quant_format_name(q.format) + "' (" +
+                        q.describe() +
+                        ") is not supported by the CUDA runner yet; the CPU runner runs it "
+                        "(--device cpu)");
+}
+
 Result<std::unique_ptr<ModelRunner>> make_runner(const ModelDir& model, const RunnerOptions& opts) {
   // "cpu:N" names one of several CPU stages (the two-stage pipeline on a machine without GPUs).
   if (is_device_name(opts.device, "cpu")) return make_cpu_runner(model, opts);
   if (is_device_name(opts.device, "cuda") && opts.device != "cuda") {
 #if TANDEM_HAVE_CUDA
+    TANDEM_TRY(cuda_runner_supports(model.config, opts));
     return make_cuda_runner(model, opts);
 #else
     return make_error(ErrorCode::kUnsupported,

@@ -11,6 +11,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -61,6 +62,9 @@ struct RunnerOptions {
   int32_t threads = 0;  // CPU runner: 0 = hardware concurrency
   // Time each forward on the device for traces (CUDA: a pair of events per forward).
   bool device_timing = false;
+  // "" = the checkpoint as stored; "fp8" = quantize a float checkpoint's Linears at load
+  // (model/quant_config.h load_time_quantization).
+  std::string quantization;
 };
 
 // Where a runner's memory went; `tandem status` prints it (engine/memory_report.h). The CUDA
@@ -77,6 +81,9 @@ struct MemoryPlan {
   int64_t baseline_used_bytes = 0;  // CUDA: used before it (context, other runners/processes)
   int64_t kv_page_bytes = 0;        // one page, K and V, all layers
   int64_t kv_budget_bytes = 0;      // what sizing from memory allowed (0 with --kv-pages)
+  // weights_bytes by how they are stored: {"awq int4", ...}, {"bf16", ...}; a quantized
+  // Linear's scales, zero points and g_idx count under its format.
+  std::vector<std::pair<std::string, int64_t>> weight_bytes_by_format;
 };
 
 class ModelRunner {
@@ -120,5 +127,9 @@ Result<std::unique_ptr<ModelRunner>> make_cpu_runner(const ModelDir& model,
 // Defined in src/runner/cuda/ (built only with CUDA); make_runner calls it for "cuda:N".
 Result<std::unique_ptr<ModelRunner>> make_cuda_runner(const ModelDir& model,
                                                       const RunnerOptions& opts);
+// The CUDA runner has no quantized kernels yet: a quantized checkpoint or --quantization is a
+// kUnsupported error naming the format, never a silent run at another precision. make_runner
+// checks it before make_cuda_runner; compiled in every build so it is tested without a GPU.
+Status cuda_runner_supports(const ModelConfig& config, const RunnerOptions& opts);
 
 }  // namespace tandem

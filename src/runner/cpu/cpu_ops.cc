@@ -7,6 +7,8 @@
 
 #include "core/check.h"
 #include "core/dtype.h"
+#include "model/dequant.h"
+#include "runner/cpu/fp8_activations.h"
 
 namespace tandem {
 
@@ -72,8 +74,27 @@ float dot_bf16(const float* a, const uint16_t* b, int64_t n) {
 void linear(ThreadPool& pool, const float* x, int64_t n, const TensorView& w,
             const TensorView* bias, float* y) {
   TANDEM_CHECK(w.shape.size() == 2, "%s is not a matrix", w.name.c_str());
-  const int64_t out_features = w.shape[0];
-  const int64_t in_features = w.shape[1];
+  LinearQuant dense;
+  dense.out_features = w.shape[0];
+  dense.in_features = w.shape[1];
+  linear(pool, x, n, w, dense, bias, y);
+}
+
+void linear(ThreadPool& pool, const float* x, int64_t n, const TensorView& w,
+            const LinearQuant& quant, const TensorView* bias, float* y) {
+  const bool quantized = quant.format != QuantFormat::kNone;
+  TANDEM_CHECK(quantized || (w.shape.size() == 2 && w.shape[0] == quant.out_features &&
+                             w.shape[1] == quant.in_features),
+               "%s is not a [%lld, %lld] matrix", w.name.c_str(), (long long)quant.out_features,
+               (long long)quant.in_features);
+  const int64_t out_features = quant.out_features;
+  const int64_t in_features = quant.in_features;
+  std::vector<float> x_fp8;  // [n, in_features] the inputs a W8A8 GEMM sees
+  if (quant.format == QuantFormat::kFp8 && quant.fp8_activations != Fp8Activations::kNone) {
+    x_fp8.resize(size_t(n * in_features));
+    fp8_fake_quantize_activations(quant, x, n, in_features, x_fp8.data());
+    x = x_fp8.data();
+  }
   std::vector<float> bias_f32;  // [out_features]
   if (bias) {
     bias_f32.resize(size_t(out_features));
@@ -90,7 +111,7 @@ void linear(ThreadPool& pool, const float* x, int64_t n, const TensorView& w,
     for (int64_t blk = begin; blk < end; ++blk) {
       const int64_t o0 = blk * kBlock;
       const int64_t count = std::min(kBlock, out_features - o0);
-      if (n == 1 && w.dtype == DType::kBF16) {
+      if (n == 1 && !quantized && w.dtype == DType::kBF16) {
         // Decode of a bf16 model: widen inside the dot (one pass over the weights); the same
         // products in the same order as dot_f32 on a widened row, so the same bits.
         const auto* wp = reinterpret_cast<const uint16_t*>(w.data);
@@ -100,8 +121,12 @@ void linear(ThreadPool& pool, const float* x, int64_t n, const TensorView& w,
         }
         continue;
       }
-      for (int64_t r = 0; r < count; ++r)
-        weight_row_to_f32(w, o0 + r, rows.data() + r * in_features);
+      if (quantized) {
+        dequant_rows(w, quant, o0, count, rows.data());
+      } else {
+        for (int64_t r = 0; r < count; ++r)
+          weight_row_to_f32(w, o0 + r, rows.data() + r * in_features);
+      }
       for (int64_t t = 0; t < n; ++t) {
         const float* xr = x + t * in_features;
         float* yr = y + t * out_features + o0;

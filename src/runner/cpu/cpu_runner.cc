@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "core/check.h"
+#include "model/quant_tensors.h"
 #include "runner/cpu/cpu_ops.h"
 #include "runner/cpu/paged_attention.h"
 #include "runner/cpu/rope.h"
@@ -25,12 +26,17 @@ AttentionShape attention_shape(const ModelConfig& c, int32_t page_size) {
   return AttentionShape{c.num_heads, c.num_kv_heads, c.head_dim, page_size};
 }
 
+ModelConfig with_quant(ModelConfig c, const QuantConfig& quant) {
+  c.quant = quant;
+  return c;
+}
+
 }  // namespace
 
-CpuRunner::CpuRunner(const ModelDir& model, const RunnerOptions& opts, int32_t num_pages)
-    : config_(model.config),
+CpuRunner::CpuRunner(const ModelDir& model, const RunnerOptions& opts, int32_t num_pages,
+                     const QuantConfig& quant)
+    : config_(with_quant(model.config, quant)),
       weights_(model.tensors),
-      weights_bytes_(int64_t(model.weights.total_bytes())),
       device_(opts.device),
       page_size_(opts.page_size),
       num_pages_(num_pages),
@@ -39,6 +45,23 @@ CpuRunner::CpuRunner(const ModelDir& model, const RunnerOptions& opts, int32_t n
       inv_freq_(rope_inv_freq(model.config)),
       page_floats_(size_t(opts.page_size * model.config.num_kv_heads * model.config.head_dim)) {
   num_pages_from_budget_ = opts.num_pages == 0;
+  weight_bytes_by_format_ = weight_bytes_by_format(model.config, model.weights);
+  if (quant.quantized() && !model.config.quant.quantized()) {
+    // Load-time fp8: the float Linears stay mapped but are no longer read; count the copies.
+    for (const LayerWeights& l : weights_.layers) {
+      for (const TensorView* t :
+           {l.q_proj, l.k_proj, l.v_proj, l.o_proj, l.gate_proj, l.up_proj, l.down_proj}) {
+        std::string label(dtype_name(t->dtype));
+        std::transform(label.begin(), label.end(), label.begin(), ::tolower);
+        for (auto& [format, bytes] : weight_bytes_by_format_)
+          if (format == label) bytes -= int64_t(t->nbytes);
+      }
+    }
+    quantize_weights_fp8(quant, pool_, weights_, fp8_copy_);
+    weight_bytes_by_format_.insert(weight_bytes_by_format_.begin(),
+                                   {"fp8 e4m3 (quantized at load)", fp8_copy_.bytes});
+  }
+  for (const auto& [format, bytes] : weight_bytes_by_format_) weights_bytes_ += bytes;
   // Uninitialised on purpose: untouched pages cost no memory, and a page is always written
   // before it is read (the block table covers only written positions).
   for (int64_t l = 0; l < model.config.num_layers; ++l) {
@@ -56,6 +79,7 @@ void CpuRunner::set_valid_vocab(int32_t valid_vocab) {
 MemoryPlan CpuRunner::memory_plan() const {
   MemoryPlan plan;
   plan.weights_bytes = weights_bytes_;
+  plan.weight_bytes_by_format = weight_bytes_by_format_;
   plan.kv_bytes = int64_t(page_floats_) * 4 * 2 * num_pages_ * config_.num_layers;
   plan.kv_page_bytes = int64_t(page_floats_) * 4 * 2 * config_.num_layers;
   plan.kv_budget_bytes = num_pages_from_budget_ ? kDefaultKvBytes : 0;
@@ -137,9 +161,9 @@ void CpuRunner::run_layer(int64_t layer, const ForwardBatch& batch,
 
   // Attention block: x += o_proj(attention(rope(q), rope(k), v)).
   rms_norm(x_.data(), n, hidden, *w.input_norm, c.rms_norm_eps, h_.data());
-  linear(pool_, h_.data(), n, *w.q_proj, w.q_bias, q_.data());
-  linear(pool_, h_.data(), n, *w.k_proj, w.k_bias, k_.data());
-  linear(pool_, h_.data(), n, *w.v_proj, w.v_bias, v_.data());
+  linear(pool_, h_.data(), n, *w.q_proj, w.quant.q_proj, w.q_bias, q_.data());
+  linear(pool_, h_.data(), n, *w.k_proj, w.quant.k_proj, w.k_bias, k_.data());
+  linear(pool_, h_.data(), n, *w.v_proj, w.quant.v_proj, w.v_bias, v_.data());
   for (int64_t t = 0; t < n; ++t) {
     apply_rope(&q_[size_t(t * q_width)], c.num_heads, c.head_dim, positions[size_t(t)], inv_freq_);
     apply_rope(&k_[size_t(t * kv_width)], c.num_kv_heads, c.head_dim, positions[size_t(t)],
@@ -150,15 +174,15 @@ void CpuRunner::run_layer(int64_t layer, const ForwardBatch& batch,
   float* v_cache = v_pages_[size_t(layer)].get();
   write_kv_pages(shape, batch.seqs, k_.data(), v_.data(), k_cache, v_cache);
   paged_attention(pool_, shape, batch.seqs, q_.data(), k_cache, v_cache, attn_.data());
-  linear(pool_, attn_.data(), n, *w.o_proj, w.o_bias, h_.data());
+  linear(pool_, attn_.data(), n, *w.o_proj, w.quant.o_proj, w.o_bias, h_.data());
   for (int64_t i = 0; i < n * hidden; ++i) x_[size_t(i)] += h_[size_t(i)];
 
   // MLP block: x += down(silu(gate(h)) * up(h)).
   rms_norm(x_.data(), n, hidden, *w.post_attn_norm, c.rms_norm_eps, h_.data());
-  linear(pool_, h_.data(), n, *w.gate_proj, w.gate_bias, gate_.data());
-  linear(pool_, h_.data(), n, *w.up_proj, w.up_bias, up_.data());
+  linear(pool_, h_.data(), n, *w.gate_proj, w.quant.gate_proj, w.gate_bias, gate_.data());
+  linear(pool_, h_.data(), n, *w.up_proj, w.quant.up_proj, w.up_bias, up_.data());
   silu_mul(gate_.data(), up_.data(), n * c.intermediate_size, gate_.data());
-  linear(pool_, gate_.data(), n, *w.down_proj, w.down_bias, h_.data());
+  linear(pool_, gate_.data(), n, *w.down_proj, w.quant.down_proj, w.down_bias, h_.data());
   for (int64_t i = 0; i < n * hidden; ++i) x_[size_t(i)] += h_[size_t(i)];
 }
 
@@ -219,7 +243,10 @@ Result<std::unique_ptr<ModelRunner>> make_cpu_runner(const ModelDir& model,
   int32_t num_pages = opts.num_pages;
   if (num_pages == 0)
     num_pages = int32_t(std::clamp<int64_t>(kDefaultKvBytes / page_bytes_all_layers, 1, 1 << 30));
-  return std::unique_ptr<ModelRunner>(new CpuRunner(model, opts, num_pages));
+  TANDEM_ASSIGN_OR_RETURN(
+      QuantConfig quant,
+      load_time_quantization(opts.quantization, model.config.quant, "--quantization"));
+  return std::unique_ptr<ModelRunner>(new CpuRunner(model, opts, num_pages, quant));
 }
 
 }  // namespace tandem

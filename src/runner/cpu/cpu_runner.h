@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "model/model_dir.h"
+#include "runner/cpu/load_time_fp8.h"
 #include "runner/cpu/thread_pool.h"
 #include "runner/runner.h"
 
@@ -18,7 +19,10 @@ class CpuRunner final : public ModelRunner {
  public:
   // The weights are read from `model`'s mmap on every forward: its WeightStore must outlive the
   // runner (the ModelDir itself may move; the runner keeps the tensor pointers, not the object).
-  CpuRunner(const ModelDir& model, const RunnerOptions& opts, int32_t num_pages);
+  // `quant`: model.config.quant, or the load-time fp8 config of --quantization fp8 (the
+  // runner then owns FP8 copies of the Linears).
+  CpuRunner(const ModelDir& model, const RunnerOptions& opts, int32_t num_pages,
+            const QuantConfig& quant);
 
   const ModelConfig& config() const override { return config_; }
   std::string device() const override { return device_; }
@@ -36,9 +40,11 @@ class CpuRunner final : public ModelRunner {
   void check_batch(const ForwardBatch& batch) const;
   void run_layer(int64_t layer, const ForwardBatch& batch, const std::vector<int32_t>& positions);
 
-  const ModelConfig config_;
-  const ModelWeights weights_;  // pointers into the WeightStore's tensor map
-  const int64_t weights_bytes_;
+  const ModelConfig config_;  // config.quant is what runs (load-time fp8 included)
+  ModelWeights weights_;      // pointers into the WeightStore's tensor map or fp8_copy_
+  Fp8WeightCopy fp8_copy_;    // --quantization fp8 only
+  int64_t weights_bytes_ = 0;
+  std::vector<std::pair<std::string, int64_t>> weight_bytes_by_format_;
   const std::string device_;  // "cpu" or "cpu:N"
   int32_t page_size_;
   int32_t num_pages_;

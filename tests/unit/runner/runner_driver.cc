@@ -28,9 +28,10 @@ double relative_error(const std::vector<float>& a, const std::vector<float>& b) 
 }
 
 RunnerDriver::RunnerDriver(const ModelDir& model, int32_t page_size, int32_t num_pages,
-                           int32_t threads)
+                           int32_t threads, const std::string& quantization)
     : pool_(num_pages), page_size_(page_size) {
   RunnerOptions opts;
+  opts.quantization = quantization;
   opts.page_size = page_size;
   opts.num_pages = num_pages;
   opts.threads = threads;

@@ -28,8 +28,9 @@ struct StepPart {
 
 class RunnerDriver {
  public:
+  // `quantization`: RunnerOptions::quantization ("fp8" quantizes a float model at load).
   RunnerDriver(const ModelDir& model, int32_t page_size, int32_t num_pages = 512,
-               int32_t threads = 2);
+               int32_t threads = 2, const std::string& quantization = "");
 
   ModelRunner& runner() { return *runner_; }
   int64_t vocab() const { return runner_->config().vocab_size; }

@@ -1,0 +1,25 @@
+// Dequantization of the stored formats to fp32, exactly as each format defines its value:
+//   fp8:  w[o, i] = e4m3(weight[o, i]) × scale            (scale per tensor, row or block)
+//   awq:  w[o, i] = (q[o, i] − z[i / group, o]) × s[i / group, o]
+//   gptq: w[o, i] = (q[o, i] − (z[g, o] + zero_offset)) × s[g, o],   g = g_idx[i] or i / group
+// in fp32 without intermediate rounding (int4 × fp16 products are exact in fp32). GPU kernels
+// that dequantize in fp16 round (q − z) × s to fp16; the difference is below one fp16 ulp.
+// The bit layouts are in dequant.cc; docs/quantization.md draws them.
+#pragma once
+
+#include <cstdint>
+
+#include "model/quant_linear.h"
+#include "model/safetensors.h"
+
+namespace tandem {
+
+// Rows [row0, row0 + count) of the [out, in] matrix a quantized Linear stands for:
+// out[count, in_features] fp32. `weight` is the stored weight (fp8 `weight` or `qweight`).
+void dequant_rows(const TensorView& weight, const LinearQuant& q, int64_t row0, int64_t count,
+                  float* out);
+
+// Element `i` of a float tensor (F32/BF16/F16) widened to fp32; scales and biases.
+float float_element(const TensorView& t, int64_t i);
+
+}  // namespace tandem
