@@ -34,7 +34,7 @@ class GemmContext {
   void prepare(int32_t max_m, int32_t n, int32_t k, bool out_f32);
 
   // Rows are searched in buckets (multiples of 16 up to 256, of 64 above): an algorithm found
-  // for the bucket serves every m in it, unless cuBLASLt refuses it for that m.
+  // for the bucket serves every m in it, after cublasLtMatmulAlgoCheck accepts it for that m.
   static int32_t bucket(int32_t m) { return m <= 256 ? (m + 15) / 16 * 16 : (m + 63) / 64 * 64; }
 
  private:
