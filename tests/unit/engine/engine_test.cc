@@ -9,91 +9,33 @@
 
 #include "engine/disaggregated_engine.h"
 #include "engine/engine.h"
-#include "model/mkmodel.h"
-#include "test_paths.h"
+#include "engine_test_util.h"
 #include "transport/local/local_transport.h"
 
 using namespace tandem;
 
 namespace {
 
+using testing::check_pages_free;
+using testing::Collector;
+using testing::greedy;
+using testing::prompt_of;
+
 std::string make_tiny(const char* name, uint64_t seed) {
-  std::string d = std::filesystem::temp_directory_path() / name;
-  if (!std::filesystem::exists(d + "/config.json")) {
-    MkModelOptions o;
-    o.preset = "tiny-qwen";
-    o.out_dir = d;
-    o.seed = seed;
-    o.tokenizer_dir = testing::qwen_tokenizer_dir();
-    Status st = make_model(o);
-    REQUIRE_MESSAGE(st.ok(), st.error().to_string());
-  }
-  return d;
+  return testing::make_tiny_model(name, "tiny-qwen", seed);
 }
 
 const std::string& tiny_model() {
-  static const std::string dir = [] {
-    std::string d = std::filesystem::temp_directory_path() / "tandem-engine-test-tiny-qwen";
-    if (!std::filesystem::exists(d + "/config.json")) {
-      MkModelOptions o;
-      o.preset = "tiny-qwen";
-      o.out_dir = d;
-      o.seed = 3;
-      o.tokenizer_dir = testing::qwen_tokenizer_dir();
-      Status st = make_model(o);
-      REQUIRE_MESSAGE(st.ok(), st.error().to_string());
-    }
-    return d;
-  }();
+  static const std::string dir = make_tiny("tandem-engine-test-tiny-qwen", 3);
   return dir;
-}
-
-struct Collector final : EngineObserver {
-  void on_tokens(TokenEvent ev) override {
-    std::lock_guard lock(mu);
-    auto& r = results[ev.request_id];
-    r.ids.insert(r.ids.end(), ev.ids.begin(), ev.ids.end());
-    r.text += ev.text;
-  }
-  void on_finished(FinishEvent ev) override {
-    std::lock_guard lock(mu);
-    auto& r = results[ev.request_id];
-    r.text += ev.text_tail;
-    r.finish = ev;
-  }
-  struct Result {
-    std::vector<int32_t> ids;
-    std::string text;
-    std::optional<FinishEvent> finish;
-  };
-  std::mutex mu;
-  std::map<uint64_t, Result> results;
-};
-
-std::vector<int32_t> prompt_of(int len, int salt) {
-  std::vector<int32_t> p;
-  for (int i = 0; i < len; ++i) p.push_back(1000 + (i * 37 + salt * 101) % 5000);
-  return p;
-}
-
-GenerateInput greedy(std::vector<int32_t> prompt, int max_tokens) {
-  GenerateInput in;
-  in.prompt_ids = std::move(prompt);
-  in.sampling.temperature = 0.0f;
-  in.sampling.max_tokens = max_tokens;
-  in.sampling.ignore_eos = true;
-  return in;
 }
 
 std::unique_ptr<Engine> make_engine(EngineOptions o) {
   o.model_dir = tiny_model();
-  o.threads = 1;
   // The CPU runner's default pool (2 GiB, untouched until used) would be filled and refilled by
   // meson's MALLOC_PERTURB_ for every engine: 20x the test's own work.
   if (o.kv_pages == 0) o.kv_pages = 1024;
-  auto e = Engine::create(o);
-  REQUIRE_MESSAGE(e.ok(), e.error().to_string());
-  return std::move(e).value();
+  return testing::make_engine(o);
 }
 
 // Each prompt alone, one at a time: the reference every other schedule must reproduce.
@@ -109,10 +51,6 @@ std::map<uint64_t, std::vector<int32_t>> reference(const std::vector<int>& lens,
     out[i] = c.results[i].ids;
   }
   return out;
-}
-
-void check_pages_free(const Engine& e) {
-  for (const PoolStatus& p : e.status().pools) CHECK_MESSAGE(p.used_pages == 0, p.name);
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include "engine/disaggregated_engine.h"
 #include "engine/engine.h"
 #include "engine/local_engine.h"
+#include "engine_test_util.h"
 #include "model/mkmodel.h"
 #include "model/model_dir.h"
 #include "test_paths.h"
@@ -25,19 +26,8 @@ using namespace tandem;
 namespace {
 
 const std::string& tiny_model() {
-  static const std::string dir = [] {
-    std::string d = std::filesystem::temp_directory_path() / "tandem-prefix-test-tiny-qwen";
-    if (!std::filesystem::exists(d + "/config.json")) {
-      MkModelOptions o;
-      o.preset = "tiny-qwen";
-      o.out_dir = d;
-      o.seed = 5;
-      o.tokenizer_dir = testing::qwen_tokenizer_dir();
-      Status st = make_model(o);
-      REQUIRE_MESSAGE(st.ok(), st.error().to_string());
-    }
-    return d;
-  }();
+  static const std::string dir =
+      testing::make_tiny_model("tandem-prefix-test-tiny-qwen", "tiny-qwen", 5);
   return dir;
 }
 
