@@ -40,13 +40,13 @@ int64_t host_available_bytes() {
   return int64_t(sysconf(_SC_AVPHYS_PAGES)) * int64_t(sysconf(_SC_PAGESIZE));
 }
 
-// "812.0 MiB: awq int4 540.0 MiB, bf16 272.0 MiB": what each storage format costs, so a
-// quantized checkpoint shows it runs quantized.
+// "awq int4 540.0 MiB, bf16 272.0 MiB": what each storage format costs (the part's own column
+// has the total), so a quantized checkpoint shows it runs quantized.
 std::string weights_detail(const MemoryPlan& p) {
-  std::string s = mib(p.weights_bytes);
+  std::string s;
   for (size_t i = 0; i < p.weight_bytes_by_format.size(); ++i) {
     const auto& [format, bytes] = p.weight_bytes_by_format[i];
-    s += (i == 0 ? ": " : ", ") + format + " " + mib(bytes);
+    s += (i == 0 ? "" : ", ") + format + " " + mib(bytes);
   }
   return s;
 }
