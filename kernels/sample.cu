@@ -47,7 +47,6 @@ struct Shared {
   int si[32];
   unsigned long long above;
   double value;
-  float value_f;
   int chosen;
   int found;
   int last;

@@ -9,13 +9,6 @@ namespace tandem {
 
 namespace {
 
-// Tensor data is only as aligned as the file made it: memcpy, never a cast.
-uint32_t load_u32(const std::byte* p, int64_t i) {
-  uint32_t v;
-  std::memcpy(&v, p + i * 4, 4);
-  return v;
-}
-
 // AutoAWQ's WQLinear_GEMM packs output features c*8 + order[k] into nibble k of int32 c, with
 // order = {0, 2, 4, 6, 1, 3, 5, 7}; the inverse says which nibble holds feature c*8 + j.
 constexpr int kAwqNibbleOf[8] = {0, 4, 1, 5, 2, 6, 3, 7};

@@ -1,18 +1,10 @@
 #include "model/quant_linear.h"
 
-#include <cstring>
-
 #include "model/quant_tensors.h"
 
 namespace tandem {
 
 namespace {
-
-int32_t load_i32(const std::byte* p, int64_t i) {
-  int32_t v;
-  std::memcpy(&v, p + i * 4, 4);
-  return v;
-}
 
 Error bad(const TensorView& t, const std::string& what) {
   return make_error(ErrorCode::kInvalidModel, t.file + ": tensor '" + t.name + "': " + what);
@@ -21,7 +13,7 @@ Error bad(const TensorView& t, const std::string& what) {
 Status check_g_idx(const QuantConfig& q, const TensorView& g_idx, int64_t in_features) {
   const int64_t groups = gptq_groups(q, in_features);
   for (int64_t i = 0; i < in_features; ++i) {
-    const int32_t g = load_i32(g_idx.data, i);
+    const int32_t g = int32_t(load_u32(g_idx.data, i));
     if (g < 0 || g >= groups) {
       return bad(g_idx, "entry " + std::to_string(i) + " is group " + std::to_string(g) +
                             ", outside [0, " + std::to_string(groups) + ")");
@@ -40,7 +32,7 @@ Status check_g_idx(const QuantConfig& q, const TensorView& g_idx, int64_t in_fea
 // do not read qzeros at all, so a checkpoint that says sym must mean it.
 Status check_sym_zeros(const QuantConfig& q, const TensorView& zeros) {
   for (int64_t i = 0; i < zeros.numel(); ++i) {
-    const uint32_t packed = uint32_t(load_i32(zeros.data, i));
+    const uint32_t packed = load_u32(zeros.data, i);
     for (int k = 0; k < 8; ++k) {
       const int32_t z = int32_t((packed >> (4 * k)) & 15u) + q.zero_offset;
       if (z != 8) {

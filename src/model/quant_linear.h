@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <string>
 
 #include "core/error.h"
@@ -11,6 +12,14 @@
 #include "model/safetensors.h"
 
 namespace tandem {
+
+// Word `i` of a packed int32 tensor (qweight, qzeros, g_idx) as unsigned bits. Tensor data is
+// only as aligned as the file made it: memcpy, never a cast.
+inline uint32_t load_u32(const std::byte* p, int64_t i) {
+  uint32_t v;
+  std::memcpy(&v, p + i * 4, 4);
+  return v;
+}
 
 struct LinearQuant {
   QuantFormat format = QuantFormat::kNone;  // kNone: the weight is [out, in] floats

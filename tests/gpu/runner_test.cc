@@ -167,16 +167,22 @@ size_t argmax(const std::vector<double>& v, size_t valid) {
   return best;
 }
 
-}  // namespace
-
-TEST_CASE("CUDA runner: chunked prefill and graph decode match the fp64 reference") {
-  TinyModel m = make_tiny();
+// cuda:0, pages of 16, room for the tests' two sequences of up to 64 tokens.
+RunnerOptions tiny_options() {
   RunnerOptions opts;
   opts.device = "cuda:0";
   opts.page_size = 16;
   opts.num_pages = 64;
   opts.max_batch_tokens = 64;
   opts.max_seqs = 8;
+  return opts;
+}
+
+}  // namespace
+
+TEST_CASE("CUDA runner: chunked prefill and graph decode match the fp64 reference") {
+  TinyModel m = make_tiny();
+  const RunnerOptions opts = tiny_options();
   for (bool graphs : {true, false}) {
     CAPTURE(graphs);
     auto created = CudaRunner::create(m.config, m.weights, opts);
@@ -261,12 +267,7 @@ TEST_CASE("CUDA runner: an absent device is an error, not a crash") {
 
 TEST_CASE("CUDA runner: device timing gives each forward its own interval on the device") {
   TinyModel m = make_tiny();
-  RunnerOptions opts;
-  opts.device = "cuda:0";
-  opts.page_size = 16;
-  opts.num_pages = 64;
-  opts.max_batch_tokens = 64;
-  opts.max_seqs = 8;
+  RunnerOptions opts = tiny_options();
   opts.device_timing = true;
   auto created = CudaRunner::create(m.config, m.weights, opts);
   REQUIRE(created.ok());

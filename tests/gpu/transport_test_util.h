@@ -6,18 +6,15 @@
 #include <doctest/doctest.h>
 
 #include <cstring>
-#include <filesystem>
 #include <map>
-#include <mutex>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "engine/engine.h"
 #include "kernels/cuda_check.cuh"
-#include "model/mkmodel.h"
-#include "test_paths.h"
 #include "transport/kv_transport.h"
+#include "unit/engine/engine_test_util.h"
 
 namespace tandem::gpu_test {
 
@@ -86,61 +83,17 @@ inline ShipOrder random_order(const DevicePool& src, const DevicePool& dst, int3
   return o;
 }
 
-struct Collector final : EngineObserver {
-  void on_tokens(TokenEvent ev) override {
-    std::lock_guard lock(mu);
-    auto& r = results[ev.request_id];
-    r.ids.insert(r.ids.end(), ev.ids.begin(), ev.ids.end());
-  }
-  void on_finished(FinishEvent ev) override {
-    std::lock_guard lock(mu);
-    results[ev.request_id].finish = ev;
-  }
-  struct Result {
-    std::vector<int32_t> ids;
-    std::optional<FinishEvent> finish;
-  };
-  std::mutex mu;
-  std::map<uint64_t, Result> results;
-};
-
-// A tiny-qwen model of random weights from `seed`, made once per process in the temp directory.
-inline std::string tiny_qwen(uint64_t seed) {
-  const std::string d = std::filesystem::temp_directory_path() /
-                        ("tandem-transport-test-tiny-qwen-" + std::to_string(seed));
-  if (!std::filesystem::exists(d + "/config.json")) {
-    MkModelOptions o;
-    o.preset = "tiny-qwen";
-    o.out_dir = d;
-    o.seed = seed;
-    o.tokenizer_dir = testing::qwen_tokenizer_dir();
-    Status st = make_model(o);
-    REQUIRE_MESSAGE(st.ok(), st.error().to_string());
-  }
-  return d;
-}
+// The engine tests' helpers: tiny models, the token collector, greedy inputs.
+using testing::Collector;
+using testing::greedy;
+using testing::prompt_of;
 
 inline std::string tiny_model_dir() {
-  return tiny_qwen(11);
+  return testing::make_tiny_model("tandem-transport-test-tiny-qwen-11", "tiny-qwen", 11);
 }
 // Same vocabulary, other weights: a draft that mostly disagrees with tiny_model_dir().
 inline std::string tiny_draft_dir() {
-  return tiny_qwen(29);
-}
-
-inline std::vector<int32_t> prompt_of(int len, int salt) {
-  std::vector<int32_t> p;
-  for (int i = 0; i < len; ++i) p.push_back(1000 + (i * 37 + salt * 101) % 5000);
-  return p;
-}
-
-inline GenerateInput greedy(std::vector<int32_t> prompt, int max_tokens) {
-  GenerateInput in;
-  in.prompt_ids = std::move(prompt);
-  in.sampling.temperature = 0.0f;
-  in.sampling.max_tokens = max_tokens;
-  in.sampling.ignore_eos = true;
-  return in;
+  return testing::make_tiny_model("tandem-transport-test-tiny-qwen-29", "tiny-qwen", 29);
 }
 
 inline EngineOptions engine_options(const std::string& prefill, const std::string& decode,

@@ -32,7 +32,6 @@ void DeviceSampler::reserve_adjustments(size_t entries) {
 
 void DeviceSampler::append_adjustments(const SampleRequest& r, kernels::SampleRowParams& p) {
   const ResolvedSampling& s = *r.params;
-  std::vector<int32_t> touched;
   auto entry = [&](int32_t id) -> kernels::LogitAdjust& {
     TANDEM_CHECK(id >= 0 && id < vocab_, "token id %d outside the logits row of %lld", id,
                  static_cast<long long>(vocab_));
@@ -40,7 +39,6 @@ void DeviceSampler::append_adjustments(const SampleRequest& r, kernels::SampleRo
     if (slot < 0) {
       slot = int32_t(adjust_list_.size());
       adjust_list_.push_back(kernels::LogitAdjust{id, 0, 0});
-      touched.push_back(id);
     }
     return adjust_list_[size_t(slot)];
   };
@@ -54,7 +52,10 @@ void DeviceSampler::append_adjustments(const SampleRequest& r, kernels::SampleRo
   }
   for (int32_t id : r.suppress) entry(id).flags |= kernels::kAdjustBan;
   p.adjust_end = int32_t(adjust_list_.size());
-  for (int32_t id : touched) slot_of_id_[size_t(id)] = -1;
+  // The row's entries name exactly the slots it set.
+  for (int32_t j = p.adjust_begin; j < p.adjust_end; ++j) {
+    slot_of_id_[size_t(adjust_list_[size_t(j)].id)] = -1;
+  }
 }
 
 void DeviceSampler::sample(const float* logits, int32_t valid_vocab,
