@@ -1,0 +1,78 @@
+// FP8 E4M3 Linears (fp8, compressed-tensors and fbgemm_fp8 checkpoints, and --quantization fp8):
+//   w[r, i] = e4m3(weight[r, i]) × scale[r]                        (channel; tensor broadcast)
+//   w[r, i] = e4m3(weight[r, i]) × scale[r / 128, i / 128]         (128 × 128 blocks)
+// W8A8: activations are quantized to e4m3 first, exactly as src/runner/cpu/fp8_activations.cc
+// defines it (scale = max(amax / 448, 1 / (448 · 512)), amax clamped by an upper bound when one
+// is given; or a static scale; q = e4m3(x / scale), round to nearest even, saturating), and
+//   y[t, r] = Σ_i e4m3(xq[t, i]) × x_scale[t, i / group] × e4m3(weight[r, i]) × wscale(r, i)
+// accumulated in fp32. W8A16 keeps bf16 activations.
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace tandem::kernels {
+
+constexpr int32_t kFp8Block = 128;  // block fp8: weight blocks and activation groups
+
+struct Fp8Matrix {
+  const uint8_t* weight = nullptr;  // [n, k] e4m3
+  const float* scale = nullptr;     // [n], or [ceil(n / 128), ceil(k / 128)] when block
+  bool block = false;
+  int32_t n = 0;
+  int32_t k = 0;  // k % 16 == 0
+};
+
+// x_scale [m, ceil(k / group)]: group = k for per-token (or static) scales, kFp8Block for block
+// fp8's per-token-group scales. static_scale (a device scalar) wins when set; scale_ub > 0
+// clamps amax (fbgemm_fp8's activation_scale_ub).
+void launch_fp8_quantize(const __nv_bfloat16* x,  // [m, k] in
+                         int32_t m, int32_t k, int32_t group, const float* static_scale,
+                         float scale_ub,
+                         uint8_t* xq,     // [m, k] out
+                         float* x_scale,  // [m, ceil(k / group)] out
+                         cudaStream_t stream);
+
+constexpr int32_t kFp8GemvMaxTokens = 4;
+
+// W8A8 decode: 1 <= m <= kFp8GemvMaxTokens; `group` as in launch_fp8_quantize. y row t starts
+// at y + t * ldy, bf16 or fp32.
+void launch_fp8_gemv(const uint8_t* xq, const float* x_scale, int32_t group, const Fp8Matrix& w,
+                     int32_t m, void* y, int32_t ldy, bool out_f32, cudaStream_t stream);
+
+// W8A16 decode: bf16 activations, 1 <= m <= kFp8GemvMaxTokens.
+void launch_fp8_gemv_a16(const __nv_bfloat16* x, const Fp8Matrix& w, int32_t m, void* y,
+                         int32_t ldy, bool out_f32, cudaStream_t stream);
+
+// W8A16 prefill: the matrix as bf16 [n, k] for a bf16 cuBLASLt GEMM.
+void launch_fp8_dequant(const Fp8Matrix& w, __nv_bfloat16* out, cudaStream_t stream);
+
+// W8A8 prefill through cuBLASLt's FP8 tensor-core path (sm_89+): channel scales as outer
+// vectors (weight rows × tokens), block fp8 as 128 × 128 weight blocks × 1 × 128 token groups.
+// Algorithms are searched once per row bucket and shape, like GemmContext.
+class Fp8GemmContext {
+ public:
+  explicit Fp8GemmContext(size_t workspace_bytes = 32u << 20);
+  ~Fp8GemmContext();
+  Fp8GemmContext(const Fp8GemmContext&) = delete;
+  Fp8GemmContext& operator=(const Fp8GemmContext&) = delete;
+
+  // Whether this device and cuBLASLt run the shape's scaling mode; false names no error, the
+  // caller refuses the model at load with one.
+  bool supports(int32_t n, int32_t k, bool block);
+  void prepare(int32_t max_m, int32_t n, int32_t k, bool block, bool out_f32);
+  void run(const uint8_t* xq, const float* x_scale, const Fp8Matrix& w, int32_t m, void* y,
+           int32_t ldy, bool out_f32, cudaStream_t stream);
+  size_t workspace_bytes() const { return workspace_bytes_; }
+
+ private:
+  // Implementation state (layouts and algorithms per shape) is the implementer's choice.
+  struct Impl;
+  Impl* impl_ = nullptr;
+  size_t workspace_bytes_ = 0;
+};
+
+}  // namespace tandem::kernels
