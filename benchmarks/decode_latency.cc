@@ -3,6 +3,8 @@
 // from one host pattern per tensor shape. Speed only; correctness is the gpu suite's job.
 //
 //   bench_decode_latency --preset qwen2.5-7b --input-len 128 --output-len 128 --batch-size 1
+//                        [--graphs 0] [--sampling greedy|qwen|llama] [--device-timing 1]
+//                        [--quantization fp8]
 // prints one JSON object (benchmarks/latency.h): TTFT, TPOT, tok/s and MBU.
 #include <cuda_runtime.h>
 
@@ -105,6 +107,8 @@ int main(int argc, char** argv) {
   std::string preset = "qwen2.5-7b";
   int input_len = 128, output_len = 128, batch = 1;
   bool graphs = true;
+  bool device_timing = false;       // CUDA events around every forward (what --trace turns on)
+  std::string quantization;         // "fp8": the random bf16 weights quantized at load
   std::string sampling = "greedy";  // greedy | qwen | llama: the models' generation_config
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
@@ -120,6 +124,10 @@ int main(int argc, char** argv) {
       graphs = v == "1";
     else if (k == "--sampling")
       sampling = v;
+    else if (k == "--device-timing")
+      device_timing = v == "1";
+    else if (k == "--quantization")
+      quantization = v;
     else {
       std::fprintf(stderr, "unknown flag %s\n", k.c_str());
       return 2;
@@ -145,6 +153,8 @@ int main(int argc, char** argv) {
   opts.num_pages = pages_per_seq * batch + 1;
   opts.max_batch_tokens = std::max(input_len, batch);
   opts.max_seqs = std::max(batch, 1);
+  opts.device_timing = device_timing;
+  opts.quantization = quantization;
   auto created = CudaRunner::create(c, hw.w, opts);
   if (!created.ok()) {
     std::fprintf(stderr, "%s\n", created.error().to_string().c_str());
@@ -176,7 +186,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", res.error().to_string().c_str());
     return 1;
   }
-  const std::string label = preset + (graphs ? "" : " (no graphs)") +
+  const std::string label = preset + (quantization.empty() ? "" : " " + quantization) +
+                            (graphs ? "" : " (no graphs)") +
+                            (device_timing ? " (device timing)" : "") +
                             (sampling == "greedy" ? "" : ", " + sampling + " sampling");
   std::printf("%s\n", bench::to_json(lo, *res, label).c_str());
   return 0;

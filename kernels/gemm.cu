@@ -35,8 +35,8 @@ GemmContext::~GemmContext() {
 
 // Row-major y[m, n] is column-major y^T[n, m] = w[n, k] (column-major w^T with ld k, transposed)
 // times x^T (column-major [k, m], ld k).
-GemmContext::Layouts GemmContext::make_layouts(int32_t m, int32_t n, int32_t k,
-                                               bool out_f32) const {
+GemmContext::Layouts GemmContext::make_layouts(int32_t m, int32_t n, int32_t k, bool out_f32,
+                                               int32_t ldy) const {
   Layouts l;
   TANDEM_CUBLAS_CHECK(cublasLtMatmulDescCreate(&l.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
@@ -47,7 +47,7 @@ GemmContext::Layouts GemmContext::make_layouts(int32_t m, int32_t n, int32_t k,
   TANDEM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l.a, CUDA_R_16BF, k, n, k));
   TANDEM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l.b, CUDA_R_16BF, k, m, k));
   TANDEM_CUBLAS_CHECK(
-      cublasLtMatrixLayoutCreate(&l.c, out_f32 ? CUDA_R_32F : CUDA_R_16BF, n, m, n));
+      cublasLtMatrixLayoutCreate(&l.c, out_f32 ? CUDA_R_32F : CUDA_R_16BF, n, m, ldy));
   return l;
 }
 
@@ -56,7 +56,7 @@ const cublasLtMatmulAlgo_t& GemmContext::searched(int32_t m_bucket, int32_t n, i
   const Key key{m_bucket, n, k, out_f32};
   auto it = algos_.find(key);
   if (it != algos_.end()) return it->second;
-  Layouts l = make_layouts(m_bucket, n, k, out_f32);
+  Layouts l = make_layouts(m_bucket, n, k, out_f32, n);
   cublasLtMatmulPreference_t pref;
   TANDEM_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   TANDEM_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
@@ -77,12 +77,12 @@ const cublasLtMatmulAlgo_t& GemmContext::searched(int32_t m_bucket, int32_t n, i
   return algos_.emplace(key, result.algo).first->second;
 }
 
-GemmContext::Plan& GemmContext::plan(int32_t m, int32_t n, int32_t k, bool out_f32) {
-  const Key key{m, n, k, out_f32};
+GemmContext::Plan& GemmContext::plan(int32_t m, int32_t n, int32_t k, bool out_f32, int32_t ldy) {
+  const PlanKey key{m, n, k, out_f32, ldy};
   auto it = plans_.find(key);
   if (it != plans_.end()) return it->second;
   Plan p;
-  p.l = make_layouts(m, n, k, out_f32);
+  p.l = make_layouts(m, n, k, out_f32, ldy);
   p.algo = searched(bucket(m), n, k, out_f32);
   // Once per exact m. On the H200 a 1,000-token prompt's last chunk (232 rows, a new m) spanned
   // 13.3 ms on the device against ~2 ms for the 256-row chunks before it: the host checking four
@@ -102,9 +102,9 @@ void GemmContext::prepare(int32_t max_m, int32_t n, int32_t k, bool out_f32) {
 }
 
 void GemmContext::run(const __nv_bfloat16* x, const __nv_bfloat16* w, int32_t m, int32_t n,
-                      int32_t k, void* y, bool out_f32, cudaStream_t stream) {
+                      int32_t k, void* y, bool out_f32, cudaStream_t stream, int32_t ldy) {
   if (m == 0) return;
-  const Plan& p = plan(m, n, k, out_f32);
+  const Plan& p = plan(m, n, k, out_f32, ldy > 0 ? ldy : n);
   const float alpha = 1.0f, beta = 0.0f;
   TANDEM_CUBLAS_CHECK(cublasLtMatmul(handle_, p.l.op, &alpha, w, p.l.a, x, p.l.b, &beta, y, p.l.c,
                                      y, p.l.c, &p.algo, workspace_, workspace_bytes_, stream));

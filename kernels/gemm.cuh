@@ -23,8 +23,8 @@ class GemmContext {
   void run(const __nv_bfloat16* x,  // [m, k] in
            const __nv_bfloat16* w,  // [n, k] in
            int32_t m, int32_t n, int32_t k,
-           void* y,  // [m, n] out, bf16 or fp32
-           bool out_f32, cudaStream_t stream);
+           void* y,                                              // [m, ldy] out, bf16 or fp32
+           bool out_f32, cudaStream_t stream, int32_t ldy = 0);  // 0: ldy = n
 
   size_t workspace_bytes() const { return workspace_bytes_; }
 
@@ -46,15 +46,16 @@ class GemmContext {
     Layouts l;
     cublasLtMatmulAlgo_t algo{};
   };
-  using Key = std::tuple<int32_t, int32_t, int32_t, bool>;  // m, n, k, fp32 output
-  Layouts make_layouts(int32_t m, int32_t n, int32_t k, bool out_f32) const;
+  using Key = std::tuple<int32_t, int32_t, int32_t, bool>;               // m, n, k, fp32 output
+  using PlanKey = std::tuple<int32_t, int32_t, int32_t, bool, int32_t>;  // Key and ldy
+  Layouts make_layouts(int32_t m, int32_t n, int32_t k, bool out_f32, int32_t ldy) const;
   const cublasLtMatmulAlgo_t& searched(int32_t m_bucket, int32_t n, int32_t k, bool out_f32);
-  Plan& plan(int32_t m, int32_t n, int32_t k, bool out_f32);  // cached per exact m
+  Plan& plan(int32_t m, int32_t n, int32_t k, bool out_f32, int32_t ldy);  // per exact m
 
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
-  std::map<Key, Plan> plans_;                  // exact shapes
+  std::map<PlanKey, Plan> plans_;              // exact shapes
   std::map<Key, cublasLtMatmulAlgo_t> algos_;  // searched per row bucket
 };
 

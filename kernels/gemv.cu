@@ -1,6 +1,7 @@
 #include "gemv.cuh"
 
 #include "cuda_check.cuh"
+#include "pdl.cuh"
 
 namespace tandem::kernels {
 namespace {
@@ -23,11 +24,14 @@ __device__ __forceinline__ void fma8(float& acc, const uint4& w, const uint4& x)
 template <int M, typename Out>
 __global__ void __launch_bounds__(kWarps * 32)
     gemv_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w, int32_t n,
-                int32_t k, Out* __restrict__ y) {
+                int32_t k, int32_t ldy, Out* __restrict__ y) {
   const int lane = threadIdx.x & 31;
   const int row = blockIdx.x * kWarps + (threadIdx.x >> 5);
+  pdl_launch_dependents();
   if (row >= n) return;
   const uint4* w4 = reinterpret_cast<const uint4*>(w + int64_t(row) * k);
+  prefetch_l2(w4, int64_t(k) * 2, lane, 32);
+  pdl_wait();  // x is the previous kernel's output
   const uint4* x4 = reinterpret_cast<const uint4*>(x);
   const int k8 = k / 8;
   float acc[M];
@@ -55,39 +59,118 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     if (lane == 0) {
       if constexpr (sizeof(Out) == 4) {
-        y[int64_t(t) * n + row] = v;
+        y[int64_t(t) * ldy + row] = v;
       } else {
-        y[int64_t(t) * n + row] = __float2bfloat16(v);
+        y[int64_t(t) * ldy + row] = __float2bfloat16(v);
       }
+    }
+  }
+}
+
+// Gate row r and up row r + width per warp; the epilogue rounds both to bf16 first, as the
+// unfused path stores them, so the output equals launch_gemv + launch_silu_mul bit for bit.
+template <int M>
+__global__ void __launch_bounds__(kWarps * 32)
+    gemv_swiglu_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w,
+                       int32_t width, int32_t k, __nv_bfloat16* __restrict__ out) {
+  const int lane = threadIdx.x & 31;
+  const int row = blockIdx.x * kWarps + (threadIdx.x >> 5);
+  pdl_launch_dependents();
+  if (row >= width) return;
+  const uint4* g4 = reinterpret_cast<const uint4*>(w + int64_t(row) * k);
+  const uint4* u4 = reinterpret_cast<const uint4*>(w + (int64_t(row) + width) * k);
+  prefetch_l2(g4, int64_t(k) * 2, lane, 32);
+  prefetch_l2(u4, int64_t(k) * 2, lane, 32);
+  pdl_wait();
+  const uint4* x4 = reinterpret_cast<const uint4*>(x);
+  const int k8 = k / 8;
+  float gacc[M], uacc[M];
+#pragma unroll
+  for (int t = 0; t < M; ++t) gacc[t] = uacc[t] = 0.0f;
+  constexpr int kHalf = kUnroll / 2;  // two rows: the same bytes in flight as gemv_kernel
+  int c = lane;
+  for (; c + 32 * (kHalf - 1) < k8; c += 32 * kHalf) {
+    uint4 gv[kHalf], uv[kHalf];
+#pragma unroll
+    for (int u = 0; u < kHalf; ++u) {
+      gv[u] = __ldcs(g4 + c + 32 * u);
+      uv[u] = __ldcs(u4 + c + 32 * u);
+    }
+#pragma unroll
+    for (int u = 0; u < kHalf; ++u) {
+#pragma unroll
+      for (int t = 0; t < M; ++t) {
+        const uint4 xv = __ldg(x4 + t * k8 + c + 32 * u);
+        fma8(gacc[t], gv[u], xv);
+        fma8(uacc[t], uv[u], xv);
+      }
+    }
+  }
+  for (; c < k8; c += 32) {
+    const uint4 gv = __ldcs(g4 + c), uv = __ldcs(u4 + c);
+#pragma unroll
+    for (int t = 0; t < M; ++t) {
+      const uint4 xv = __ldg(x4 + t * k8 + c);
+      fma8(gacc[t], gv, xv);
+      fma8(uacc[t], uv, xv);
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < M; ++t) {
+    float g = gacc[t], u = uacc[t];
+    for (int o = 16; o > 0; o >>= 1) {
+      g += __shfl_xor_sync(0xffffffffu, g, o);
+      u += __shfl_xor_sync(0xffffffffu, u, o);
+    }
+    if (lane == 0) {
+      const float gb = __bfloat162float(__float2bfloat16(g));
+      const float ub = __bfloat162float(__float2bfloat16(u));
+      out[int64_t(t) * width + row] = __float2bfloat16(gb / (1.0f + expf(-gb)) * ub);
     }
   }
 }
 
 template <typename Out>
 void dispatch(const __nv_bfloat16* x, const __nv_bfloat16* w, int32_t m, int32_t n, int32_t k,
-              Out* y, cudaStream_t stream) {
+              int32_t ldy, Out* y, cudaStream_t stream) {
   const int blocks = (n + kWarps - 1) / kWarps;
   const int threads = kWarps * 32;
   static_assert(kGemvMaxTokens == 2, "one instantiation per token count");
   if (m == 1) {
-    gemv_kernel<1, Out><<<blocks, threads, 0, stream>>>(x, w, n, k, y);
+    launch_pdl(gemv_kernel<1, Out>, blocks, threads, 0, stream, x, w, n, k, ldy, y);
   } else {
-    gemv_kernel<2, Out><<<blocks, threads, 0, stream>>>(x, w, n, k, y);
+    launch_pdl(gemv_kernel<2, Out>, blocks, threads, 0, stream, x, w, n, k, ldy, y);
   }
 }
 
 }  // namespace
 
 void launch_gemv(const __nv_bfloat16* x, const __nv_bfloat16* w, int32_t m, int32_t n, int32_t k,
-                 void* y, bool out_f32, cudaStream_t stream) {
+                 void* y, bool out_f32, cudaStream_t stream, int32_t ldy) {
   if (m < 1 || m > kGemvMaxTokens || k % 8 != 0) {
     std::fprintf(stderr, "gemv: unsupported m=%d k=%d\n", m, k);
     std::abort();
   }
+  if (ldy <= 0) ldy = n;
   if (out_f32) {
-    dispatch(x, w, m, n, k, static_cast<float*>(y), stream);
+    dispatch(x, w, m, n, k, ldy, static_cast<float*>(y), stream);
   } else {
-    dispatch(x, w, m, n, k, static_cast<__nv_bfloat16*>(y), stream);
+    dispatch(x, w, m, n, k, ldy, static_cast<__nv_bfloat16*>(y), stream);
+  }
+  TANDEM_CUDA_CHECK_LAUNCH();
+}
+
+void launch_gemv_swiglu(const __nv_bfloat16* x, const __nv_bfloat16* w, int32_t m, int32_t width,
+                        int32_t k, __nv_bfloat16* out, cudaStream_t stream) {
+  if (m < 1 || m > kGemvMaxTokens || k % 8 != 0) {
+    std::fprintf(stderr, "gemv_swiglu: unsupported m=%d k=%d\n", m, k);
+    std::abort();
+  }
+  const int blocks = (width + kWarps - 1) / kWarps;
+  if (m == 1) {
+    launch_pdl(gemv_swiglu_kernel<1>, blocks, kWarps * 32, 0, stream, x, w, width, k, out);
+  } else {
+    launch_pdl(gemv_swiglu_kernel<2>, blocks, kWarps * 32, 0, stream, x, w, width, k, out);
   }
   TANDEM_CUDA_CHECK_LAUNCH();
 }

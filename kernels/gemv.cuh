@@ -19,7 +19,16 @@ constexpr int32_t kGemvMaxTokens = 2;
 void launch_gemv(const __nv_bfloat16* x,  // [m, k] in
                  const __nv_bfloat16* w,  // [n, k] in (HF Linear layout)
                  int32_t m, int32_t n, int32_t k,
-                 void* y,  // [m, n] out, bf16 or fp32
-                 bool out_f32, cudaStream_t stream);
+                 void* y,                                              // [m, ldy] out, bf16 or fp32
+                 bool out_f32, cudaStream_t stream, int32_t ldy = 0);  // 0: ldy = n
+
+// The MLP's first half for decode: out[t, r] = silu(gate[t, r]) * up[t, r] where gate and up are
+// rows r and r + width of the stacked gate|up matrix, without the [m, 2 * width] round trip
+// and the separate silu_mul launch. Same bits as launch_gemv followed by launch_silu_mul.
+void launch_gemv_swiglu(const __nv_bfloat16* x,  // [m, k] in
+                        const __nv_bfloat16* w,  // [2 * width, k] in: gate rows, then up rows
+                        int32_t m, int32_t width, int32_t k,
+                        __nv_bfloat16* out,  // [m, width] out
+                        cudaStream_t stream);
 
 }  // namespace tandem::kernels

@@ -39,7 +39,7 @@ struct MkModelOptions {
 Status make_model(const MkModelOptions& options);
 
 // Names accepted by MkModelOptions::preset: qwen2.5-7b, qwen2.5-0.5b, llama-3.1-8b,
-// llama-3.2-1b, and the test models tiny-qwen, tiny-qwen-draft, tiny-llama.
+// llama-3.2-1b, and the test models tiny-qwen, tiny-qwen-draft, tiny-llama, small-qwen.
 std::vector<std::string> mkmodel_presets();
 
 }  // namespace tandem

@@ -88,6 +88,9 @@ std::vector<Preset> make_presets() {
   v.push_back(qwen("tiny-qwen", 64, 128, 2, 4, 2, 151936, true, 2, 5));
   v.push_back(qwen("tiny-qwen-draft", 32, 64, 1, 2, 1, 151936, true, 1, 6));
   v.push_back(llama("tiny-llama", 64, 128, 2, 4, 1, 16, false, 8.0, 7));
+  // The smallest widths every quantized GPU layout holds (128 x 128 fp8 blocks, int4 groups of
+  // 128): the CUDA runner's per-format tests.
+  v.push_back(qwen("small-qwen", 256, 512, 2, 4, 2, 151936, true, 2, 8));
   return v;
 }
 

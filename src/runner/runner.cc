@@ -15,14 +15,20 @@ bool is_device_name(const std::string& device, const std::string& kind) {
 }
 
 Status cuda_runner_supports(const ModelConfig& config, const RunnerOptions& opts) {
-  TANDEM_ASSIGN_OR_RETURN(
-      QuantConfig q, load_time_quantization(opts.quantization, config.quant, "--quantization"));
-  if (!q.quantized()) return Status::Ok();
-  return make_error(ErrorCode::kUnsupported,
-                    std::string("quantization '") + quant_format_name(q.format) + "' (" +
-                        q.describe() +
-                        ") is not supported by the CUDA runner yet; the CPU runner runs it "
-                        "(--device cpu)");
+  // Every quantization the loader admits has CUDA kernels; what a GPU cannot run (FP8 below
+  // sm_89, layouts the kernels do not hold) is refused when the runner is built.
+  TANDEM_TRY(load_time_quantization(opts.quantization, config.quant, "--quantization"));
+  if (config.arch == Arch::kLlama && config.attention_bias) {
+    return make_error(ErrorCode::kUnsupported,
+                      "config.json: attention_bias = true gives Llama's o_proj a bias, which the "
+                      "CUDA runner does not apply; the CPU runner runs it (--device cpu)");
+  }
+  if (config.mlp_bias) {
+    return make_error(ErrorCode::kUnsupported,
+                      "config.json: mlp_bias = true is not supported by the CUDA runner; the CPU "
+                      "runner runs it (--device cpu)");
+  }
+  return Status::Ok();
 }
 
 Result<std::unique_ptr<ModelRunner>> make_runner(const ModelDir& model, const RunnerOptions& opts) {

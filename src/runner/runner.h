@@ -127,9 +127,9 @@ Result<std::unique_ptr<ModelRunner>> make_cpu_runner(const ModelDir& model,
 // Defined in src/runner/cuda/ (built only with CUDA); make_runner calls it for "cuda:N".
 Result<std::unique_ptr<ModelRunner>> make_cuda_runner(const ModelDir& model,
                                                       const RunnerOptions& opts);
-// The CUDA runner has no quantized kernels yet: a quantized checkpoint or --quantization is a
-// kUnsupported error naming the format, never a silent run at another precision. make_runner
-// checks it before make_cuda_runner; compiled in every build so it is tested without a GPU.
+// What the CUDA runner refuses from the config alone (Llama o_proj / MLP biases, a bad
+// --quantization), as a kUnsupported error naming the field. make_runner checks it before
+// make_cuda_runner; compiled in every build so it is tested without a GPU.
 Status cuda_runner_supports(const ModelConfig& config, const RunnerOptions& opts);
 
 }  // namespace tandem

@@ -70,6 +70,31 @@ TEST_CASE("gemv and cuBLASLt GEMM match fp64 on awkward shapes, bf16 and fp32 ou
   }
 }
 
+TEST_CASE("gemv_swiglu equals gemv then silu_mul bit for bit") {
+  for (int m : {1, 2}) {
+    for (auto [width, k] : {std::pair{40, 264}, std::pair{1000, 72}, std::pair{4736, 3584}}) {
+      CAPTURE(m);
+      CAPTURE(width);
+      CAPTURE(k);
+      auto xb = random_bf16(size_t(m) * k, 7u + m, 1.0f);
+      auto wb = random_bf16(size_t(2 * width) * k, 13u + width, 0.1f);
+      Dev<__nv_bfloat16> x(xb), w(wb), gate_up(size_t(m) * 2 * width);
+      Dev<__nv_bfloat16> unfused(size_t(m) * width), fused(size_t(m) * width);
+      unfused.poison();
+      fused.poison();
+      kernels::launch_gemv(x.p, w.p, m, 2 * width, k, gate_up.p, false, nullptr);
+      kernels::launch_silu_mul(gate_up.p, m, width, unfused.p, nullptr);
+      kernels::launch_gemv_swiglu(x.p, w.p, m, width, k, fused.p, nullptr);
+      const auto a = unfused.get<uint16_t>(), b = fused.get<uint16_t>();
+      CHECK(same_bits(a.data(), b.data(), a.size() * 2));
+      // Not vacuous: the outputs are finite and not all zero.
+      int nonzero = 0;
+      for (uint16_t v : b) nonzero += std::isfinite(bf16_to_f32(v)) && bf16_to_f32(v) != 0.0f;
+      CHECK(nonzero > int(b.size()) / 2);
+    }
+  }
+}
+
 TEST_CASE("add_rmsnorm: residual add in fp32, normalised bf16 output") {
   for (auto [rows, width] :
        {std::pair{1, 64}, std::pair{3, 1000}, std::pair{17, 3584}, std::pair{2, 8192}}) {

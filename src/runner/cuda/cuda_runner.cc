@@ -17,6 +17,8 @@
 #include "kernels/rope_kv.cuh"
 #include "kernels/silu_mul.cuh"
 #include "model/model_dir.h"
+#include "runner/cpu/load_time_fp8.h"
+#include "runner/cpu/thread_pool.h"
 #include "runner/cuda/rope_frequencies.h"
 
 namespace tandem {
@@ -57,8 +59,23 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig& config
   }
   TANDEM_CUDA_CHECK(cudaSetDevice(device));
 
+  // --quantization fp8: FP8 copies of the float Linears, made on the host exactly as the CPU
+  // runner makes them, then uploaded like a published fp8 checkpoint. Freed after the upload.
+  TANDEM_ASSIGN_OR_RETURN(
+      QuantConfig quant, load_time_quantization(opts.quantization, config.quant, "--quantization"));
+  ModelWeights quantized;
+  Fp8WeightCopy fp8_copy;
+  const ModelWeights* source = &weights;
+  if (quant.quantized() && !config.quant.quantized()) {
+    ThreadPool pool(0);
+    quantized = weights;
+    quantize_weights_fp8(quant, pool, quantized, fp8_copy);
+    source = &quantized;
+  }
+
   std::unique_ptr<CudaRunner> r(new CudaRunner());
   r->config_ = config;
+  r->config_.quant = quant;
   r->device_ = device;
   r->page_size_ = opts.page_size;
   r->valid_vocab_ = int32_t(config.vocab_size);
@@ -82,11 +99,12 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig& config
   r->gemm_ = std::make_unique<kernels::GemmContext>();
   const int64_t free_gemm = free_now();
 
-  Result<DeviceWeights> dw = upload_weights(config, weights, /*progress=*/true);
+  Result<DeviceWeights> dw = upload_weights(config, *source, /*progress=*/true);
   if (!dw.ok()) return dw.error();
   r->weights_ = std::move(dw).value();
   const int64_t free_weights = free_now();
   r->plan_.weights_bytes = free_gemm - free_weights;
+  r->plan_.weight_bytes_by_format = r->weights_.bytes_by_format;
 
   const std::vector<float> inv = rope_inv_freq(config);
   r->inv_freq_ = DeviceBuffer(inv.size() * 4);
@@ -115,11 +133,12 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig& config
   r->sampled_ = DeviceBuffer(size_t(L * 4));
   r->sample_host_ = PinnedBuffer(size_t(2 * L * 4));
   r->sampler_ = DeviceSampler(config.vocab_size, int32_t(L));
+  TANDEM_TRY(r->make_linear_scratch());
   // Every GEMM shape's algorithm search, for every row bucket, before the first request.
-  r->gemm_->prepare(int32_t(T), int32_t(QKV), int32_t(H), false);
-  r->gemm_->prepare(int32_t(T), int32_t(H), int32_t(QD), false);
-  r->gemm_->prepare(int32_t(T), int32_t(2 * I), int32_t(H), false);
-  r->gemm_->prepare(int32_t(T), int32_t(H), int32_t(I), false);
+  for (const DeviceLayer& l : r->weights_.layers) {
+    for (const DeviceLinear* lin : {&l.qkv, &l.o, &l.gate_up, &l.down})
+      prepare_linear(*lin, int32_t(T), false, r->linear_scratch_);
+  }
   r->gemm_->prepare(int32_t(L), int32_t(config.vocab_size), int32_t(H), true);
   r->device_timing_ = opts.device_timing;
   if (r->device_timing_) r->anchor_ = make_clock_anchor(r->stream_);
@@ -181,6 +200,54 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig& config
   return r;
 }
 
+Status CudaRunner::make_linear_scratch() {
+  int64_t dequant = 0, max_k = 0;
+  bool fp8 = false;
+  for (const DeviceLayer& l : weights_.layers) {
+    for (const DeviceLinear* lin : {&l.qkv, &l.o, &l.gate_up, &l.down}) {
+      dequant = std::max(dequant, dequant_scratch_elements(*lin));
+      fp8 = fp8 || needs_fp8_gemm(*lin);
+      max_k = std::max<int64_t>(max_k, lin->k);
+    }
+  }
+  linear_scratch_.gemm = gemm_.get();
+  if (dequant > 0) linear_scratch_.dequant = DeviceBuffer(size_t(dequant) * 2);
+  if (!fp8) return Status::Ok();
+  // W8A8 needs FP8 tensor cores (Ada sm_89, Hopper sm_90); never a silent bf16 run instead.
+  cudaDeviceProp prop{};
+  TANDEM_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
+  if (prop.major * 10 + prop.minor < 89) {
+    return make_error(ErrorCode::kUnsupported, "quantization 'fp8' (" + config_.quant.describe() +
+                                                   ") needs FP8 tensor "
+                                                   "cores (compute capability 8.9+); cuda:" +
+                                                   std::to_string(device_) + " (" + prop.name +
+                                                   ") is " + std::to_string(prop.major) + "." +
+                                                   std::to_string(prop.minor));
+  }
+  fp8_gemm_ = std::make_unique<kernels::Fp8GemmContext>();
+  for (const DeviceLayer& l : weights_.layers) {
+    for (const DeviceLinear* lin : {&l.qkv, &l.o, &l.gate_up, &l.down}) {
+      for (const DeviceLinearPart& p : lin->parts) {
+        if (p.format != QuantFormat::kFp8 || p.fp8_activations == Fp8Activations::kNone) continue;
+        if (!fp8_gemm_->supports(p.rows, lin->k, p.fp8_block)) {
+          return make_error(
+              ErrorCode::kUnsupported,
+              "quantization 'fp8' (" + config_.quant.describe() +
+                  "): cuBLASLt has "
+                  "no FP8 GEMM for a [" +
+                  std::to_string(p.rows) + ", " + std::to_string(lin->k) + "] weight with " +
+                  (p.fp8_block ? "128 x 128 block" : "per-channel") + " scales on " + prop.name);
+        }
+      }
+    }
+  }
+  linear_scratch_.fp8_gemm = fp8_gemm_.get();
+  linear_scratch_.xq = DeviceBuffer(size_t(max_tokens_ * max_k));
+  linear_scratch_.x_scale = DeviceBuffer(
+      size_t(max_tokens_ * ((max_k + kernels::kFp8Block - 1) / kernels::kFp8Block)) * 4);
+  return Status::Ok();
+}
+
 CudaRunner::~CudaRunner() {
   for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
   if (stream_ != nullptr) {
@@ -188,15 +255,6 @@ CudaRunner::~CudaRunner() {
     cudaStreamDestroy(stream_);
   }
   if (meta_copied_ != nullptr) cudaEventDestroy(meta_copied_);
-}
-
-void CudaRunner::linear(const __nv_bfloat16* x, const __nv_bfloat16* w, int32_t m, int32_t n,
-                        int32_t k, void* y, bool out_f32) {
-  if (m <= kernels::kGemvMaxTokens) {
-    kernels::launch_gemv(x, w, m, n, k, y, out_f32, stream_);
-  } else {
-    gemm_->run(x, w, m, n, k, y, out_f32, stream_);
-  }
 }
 
 void CudaRunner::forward(const ForwardBatch& batch) {
@@ -323,7 +381,6 @@ void CudaRunner::run_model(int32_t T, int32_t L) {
   const ModelConfig& c = config_;
   const int32_t H = int32_t(c.hidden_size), I = int32_t(c.intermediate_size);
   const int32_t D = int32_t(c.head_dim), NH = int32_t(c.num_heads), KVH = int32_t(c.num_kv_heads);
-  const int32_t QKV = (NH + 2 * KVH) * D;
   const float eps = float(c.rms_norm_eps);
   const int32_t* meta = meta_dev_.as<int32_t>();
   const int64_t layer_kv = int64_t(num_pages_) * KVH * page_size_ * D;  // elements
@@ -338,7 +395,7 @@ void CudaRunner::run_model(int32_t T, int32_t L) {
     // The previous layer's MLP output joins the residual here.
     kernels::launch_add_rmsnorm(residual, li == 0 ? nullptr : delta, w.input_norm.as<float>(), T, H,
                                 eps, normed, stream_);
-    linear(normed, w.qkv.as<__nv_bfloat16>(), T, QKV, H, qkv_.ptr(), false);
+    linear(normed, w.qkv, T, qkv_.ptr());
     __nv_bfloat16* kc = k_cache_.as<__nv_bfloat16>() + li * layer_kv;
     __nv_bfloat16* vc = v_cache_.as<__nv_bfloat16>() + li * layer_kv;
     kernels::launch_rope_kv_write(
@@ -363,20 +420,32 @@ void CudaRunner::run_model(int32_t T, int32_t L) {
                                       meta + off_page_ids_, attn_shape, attn_.as<__nv_bfloat16>(),
                                       stream_);
     }
-    linear(attn_.as<__nv_bfloat16>(), w.o.as<__nv_bfloat16>(), T, H, NH * D, delta, false);
+    linear(attn_.as<__nv_bfloat16>(), w.o, T, delta);
     kernels::launch_add_rmsnorm(residual, delta, w.post_attn_norm.as<float>(), T, H, eps, normed,
                                 stream_);
-    linear(normed, w.gate_up.as<__nv_bfloat16>(), T, 2 * I, H, gate_up_.ptr(), false);
-    kernels::launch_silu_mul(gate_up_.as<__nv_bfloat16>(), T, I, act_.as<__nv_bfloat16>(), stream_);
-    linear(act_.as<__nv_bfloat16>(), w.down.as<__nv_bfloat16>(), T, H, I, delta, false);
+    if (T <= kernels::kGemvMaxTokens && w.gate_up.bf16() != nullptr) {
+      kernels::launch_gemv_swiglu(normed, w.gate_up.bf16(), T, I, H, act_.as<__nv_bfloat16>(),
+                                  stream_);
+    } else {
+      linear(normed, w.gate_up, T, gate_up_.ptr());
+      kernels::launch_silu_mul(gate_up_.as<__nv_bfloat16>(), T, I, act_.as<__nv_bfloat16>(),
+                               stream_);
+    }
+    linear(act_.as<__nv_bfloat16>(), w.down, T, delta);
   }
   kernels::launch_add_rmsnorm(residual, delta, weights_.final_norm.as<float>(), T, H, eps, normed,
                               stream_);
   if (L == 0) return;
   kernels::launch_gather_rows_bf16(normed, meta + off_logit_rows_, L, H,
                                    picked_.as<__nv_bfloat16>(), stream_);
-  linear(picked_.as<__nv_bfloat16>(), weights_.lm_head(), L, int32_t(c.vocab_size), H,
-         logits_.ptr(), true);
+  // lm_head stays bf16 in every format (quantized checkpoints keep it as stored).
+  if (L <= kernels::kGemvMaxTokens) {
+    kernels::launch_gemv(picked_.as<__nv_bfloat16>(), weights_.lm_head(), L, int32_t(c.vocab_size),
+                         H, logits_.ptr(), true, stream_);
+  } else {
+    gemm_->run(picked_.as<__nv_bfloat16>(), weights_.lm_head(), L, int32_t(c.vocab_size), H,
+               logits_.ptr(), true, stream_);
+  }
 }
 
 void CudaRunner::sample(std::span<const SampleRequest> requests, std::span<int32_t> out_tokens) {

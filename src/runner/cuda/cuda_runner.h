@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/fp8_linear.cuh"
 #include "kernels/gemm.cuh"
 #include "runner/cuda/device_buffer.h"
 #include "runner/cuda/device_interval.h"
@@ -58,10 +59,14 @@ class CudaRunner final : public ModelRunner {
 
  private:
   CudaRunner() = default;
+  // Dequantization scratch and the FP8 GEMM context the loaded Linears need; a W8A8 model on a
+  // GPU without FP8 tensor cores is refused here.
+  Status make_linear_scratch();
   // The device work of one forward, reading the metadata already on the device.
   void run_model(int32_t num_tokens, int32_t num_logits);
-  void linear(const __nv_bfloat16* x, const __nv_bfloat16* w, int32_t m, int32_t n, int32_t k,
-              void* y, bool out_f32);
+  void linear(const __nv_bfloat16* x, const DeviceLinear& w, int32_t m, void* y) {
+    run_linear(w, x, m, y, /*out_f32=*/false, linear_scratch_, stream_);
+  }
 
   ModelConfig config_;
   int device_ = 0;
@@ -79,6 +84,8 @@ class CudaRunner final : public ModelRunner {
 
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<kernels::GemmContext> gemm_;
+  std::unique_ptr<kernels::Fp8GemmContext> fp8_gemm_;  // when a Linear is W8A8
+  LinearScratch linear_scratch_;                       // quantized Linears' activations
   DeviceWeights weights_;
   DeviceBuffer inv_freq_;  // [head_dim / 2] fp32
   DeviceBuffer k_cache_;   // [layers][num_pages][KVH][page_size][D] bf16

@@ -3,9 +3,12 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <future>
+#include <variant>
 
 #include "core/dtype.h"
 #include "kernels/cuda_check.cuh"
+#include "model/device_quant_layout.h"
 
 namespace tandem {
 namespace {
@@ -84,6 +87,22 @@ class Uploader {
     return Status::Ok();
   }
 
+  // Host bytes as they are (repacked quantized matrices).
+  template <typename T>
+  void upload_raw(const std::vector<T>& host, DeviceBuffer& dst) {
+    const size_t bytes = host.size() * sizeof(T);
+    dst = DeviceBuffer(bytes);
+    const auto* src = reinterpret_cast<const std::byte*>(host.data());
+    for (size_t first = 0; first < bytes; first += kStagingBytes) {
+      const size_t count = std::min(kStagingBytes, bytes - first);
+      std::memcpy(staging_.as<std::byte>(), src + first, count);
+      TANDEM_CUDA_CHECK(cudaMemcpy(dst.as<std::byte>() + first, staging_.as<std::byte>(), count,
+                                   cudaMemcpyHostToDevice));
+      done_ += int64_t(count);
+      report();
+    }
+  }
+
   void finish() {
     if (progress_) std::fprintf(stderr, "\n");
   }
@@ -106,6 +125,152 @@ class Uploader {
   bool progress_;
 };
 
+// One Linear of a stacked group as the host holds it before upload.
+struct Member {
+  const TensorView* weight;
+  const LinearQuant* quant;
+};
+using HostForm = std::variant<const TensorView*, Int4Layout, Fp8Layout>;
+
+std::string module_of(const TensorView& weight) {
+  const size_t dot = weight.name.rfind('.');
+  return dot == std::string::npos ? weight.name : weight.name.substr(0, dot);
+}
+
+Result<HostForm> host_form(const Member& m) {
+  switch (m.quant->format) {
+    case QuantFormat::kNone:
+      return HostForm(m.weight);
+    case QuantFormat::kAwq:
+    case QuantFormat::kGptq: {
+      TANDEM_ASSIGN_OR_RETURN(Int4Layout l, repack_int4(*m.weight, *m.quant, module_of(*m.weight)));
+      return HostForm(std::move(l));
+    }
+    case QuantFormat::kFp8: {
+      TANDEM_ASSIGN_OR_RETURN(Fp8Layout l, repack_fp8(*m.weight, *m.quant, module_of(*m.weight)));
+      return HostForm(std::move(l));
+    }
+  }
+  return make_error(ErrorCode::kInternal, "unknown quantization format");
+}
+
+// Whether `below` joins the part `above` heads: same format and a matrix both fit in.
+bool stacks(const HostForm& above, const Member& a, const HostForm& below, const Member& b) {
+  if (above.index() != below.index() || a.quant->format != b.quant->format) return false;
+  if (const auto* i = std::get_if<Int4Layout>(&above))
+    return i->can_stack(std::get<Int4Layout>(below));
+  if (const auto* f = std::get_if<Fp8Layout>(&above)) {
+    return f->can_stack(std::get<Fp8Layout>(below)) &&
+           a.quant->fp8_activations == b.quant->fp8_activations &&
+           a.quant->activation_scale_ub == b.quant->activation_scale_ub;
+  }
+  return true;
+}
+
+// Repacks the members (in parallel: the int4 repacking walks every nibble) and uploads them as
+// few parts as their forms allow.
+Status upload_linear(Uploader& up, const std::vector<Member>& members, DeviceLinear& dst) {
+  std::vector<std::future<Result<HostForm>>> pending;
+  for (const Member& m : members)
+    pending.push_back(std::async(std::launch::async, [m] { return host_form(m); }));
+  std::vector<HostForm> forms;
+  for (auto& f : pending) {
+    Result<HostForm> r = f.get();
+    if (!r.ok()) return r.error();
+    forms.push_back(std::move(r).value());
+  }
+  dst = DeviceLinear{};
+  // A float Linear's own shape says k (runner tests build LayerWeights without LinearQuant).
+  const Member& first = members[0];
+  dst.k = int32_t(first.quant->format == QuantFormat::kNone ? first.weight->shape[1]
+                                                            : first.quant->in_features);
+  size_t i = 0;
+  while (i < members.size()) {
+    size_t j = i + 1;
+    std::vector<const TensorView*> floats{};
+    if (const auto* t = std::get_if<const TensorView*>(&forms[i])) floats.push_back(*t);
+    while (j < members.size() && stacks(forms[i], members[i], forms[j], members[j])) {
+      if (const auto* t = std::get_if<const TensorView*>(&forms[j])) {
+        floats.push_back(*t);
+      } else if (auto* l = std::get_if<Int4Layout>(&forms[i])) {
+        l->stack(std::get<Int4Layout>(forms[j]));
+      } else {
+        std::get<Fp8Layout>(forms[i]).stack(std::get<Fp8Layout>(forms[j]));
+      }
+      ++j;
+    }
+    DeviceLinearPart p;
+    const LinearQuant& q = *members[i].quant;
+    p.format = q.format;
+    p.row0 = dst.n;
+    if (!floats.empty()) {
+      for (const TensorView* t : floats) p.rows += int32_t(t->shape[0]);
+      TANDEM_TRY(up.upload(floats, p.weight, false));
+    } else if (const auto* i4 = std::get_if<Int4Layout>(&forms[i])) {
+      p.rows = int32_t(i4->n);
+      p.group_size = int32_t(i4->group_size);
+      up.upload_raw(i4->qweight, p.weight);
+      up.upload_raw(i4->scales, p.scales);
+      up.upload_raw(i4->zeros, p.zeros);
+      if (!i4->perm.empty()) up.upload_raw(i4->perm, p.perm);
+    } else {
+      const Fp8Layout& l = std::get<Fp8Layout>(forms[i]);
+      p.rows = int32_t(l.n);
+      p.fp8_block = l.block;
+      p.fp8_activations = q.fp8_activations;
+      p.activation_scale_ub = float(q.activation_scale_ub);
+      up.upload_raw(l.weight, p.weight);
+      up.upload_raw(l.scale, p.scales);
+      if (q.fp8_activations == Fp8Activations::kStaticTensor)
+        up.upload_raw(std::vector<float>{l.input_scale}, p.input_scale);
+    }
+    dst.n += p.rows;
+    dst.parts.push_back(std::move(p));
+    i = j;
+  }
+  return Status::Ok();
+}
+
+// Bytes a matrix occupies as stored (the progress bar's total; the memory plan measures).
+int64_t stored_bytes(const TensorView* t, const LinearQuant& q) {
+  if (q.format == QuantFormat::kNone) return int64_t(elements(*t)) * 2;
+  int64_t b = int64_t(t->nbytes);
+  for (const TensorView* x : {q.scale, q.zeros, q.g_idx})
+    b += x != nullptr ? int64_t(x->nbytes) : 0;
+  return b;
+}
+
+void count_formats(DeviceWeights& d) {
+  auto add = [&](const std::string& label, const DeviceBuffer& b) {
+    if (b.bytes() == 0) return;
+    for (auto& [name, bytes] : d.bytes_by_format) {
+      if (name == label) {
+        bytes += int64_t(b.bytes());
+        return;
+      }
+    }
+    d.bytes_by_format.emplace_back(label, int64_t(b.bytes()));
+  };
+  add("bf16", d.embed);
+  add("bf16", d.lm_head_own);
+  add("f32", d.final_norm);
+  for (const DeviceLayer& l : d.layers) {
+    for (const DeviceLinear* lin : {&l.qkv, &l.o, &l.gate_up, &l.down}) {
+      for (const DeviceLinearPart& p : lin->parts) {
+        const std::string label = p.format == QuantFormat::kNone ? "bf16"
+                                  : p.format == QuantFormat::kFp8
+                                      ? "fp8 e4m3"
+                                      : std::string(quant_format_name(p.format)) + " int4";
+        for (const DeviceBuffer* b : {&p.weight, &p.scales, &p.zeros, &p.perm, &p.input_scale})
+          add(label, *b);
+      }
+    }
+    for (const DeviceBuffer* b : {&l.qkv_bias, &l.input_norm, &l.post_attn_norm}) add("f32", *b);
+  }
+  std::sort(d.bytes_by_format.begin(), d.bytes_by_format.end(),
+            [](const auto& a, const auto& b) { return a.second > b.second; });
+}
+
 }  // namespace
 
 Result<DeviceWeights> upload_weights(const ModelConfig& config, const ModelWeights& w,
@@ -117,9 +282,15 @@ Result<DeviceWeights> upload_weights(const ModelConfig& config, const ModelWeigh
   add(w.embed_tokens, 2);
   if (w.lm_head != w.embed_tokens) add(w.lm_head, 2);
   for (const LayerWeights& l : w.layers) {
-    for (const TensorView* t :
-         {l.q_proj, l.k_proj, l.v_proj, l.o_proj, l.gate_proj, l.up_proj, l.down_proj})
-      add(t, 2);
+    const LayerQuant& q = l.quant;
+    for (auto [t, lq] : {std::pair{l.q_proj, &q.q_proj},
+                         {l.k_proj, &q.k_proj},
+                         {l.v_proj, &q.v_proj},
+                         {l.o_proj, &q.o_proj},
+                         {l.gate_proj, &q.gate_proj},
+                         {l.up_proj, &q.up_proj},
+                         {l.down_proj, &q.down_proj}})
+      total += stored_bytes(t, *lq);
     for (const TensorView* t : {l.q_bias, l.k_bias, l.v_bias, l.input_norm, l.post_attn_norm})
       add(t, 4);
   }
@@ -135,18 +306,22 @@ Result<DeviceWeights> upload_weights(const ModelConfig& config, const ModelWeigh
   d.layers.resize(size_t(config.num_layers));
   for (size_t i = 0; i < w.layers.size(); ++i) {
     const LayerWeights& l = w.layers[i];
+    const LayerQuant& q = l.quant;
     DeviceLayer& dl = d.layers[i];
-    st = run({l.q_proj, l.k_proj, l.v_proj}, dl.qkv, false);
+    st = upload_linear(up, {{l.q_proj, &q.q_proj}, {l.k_proj, &q.k_proj}, {l.v_proj, &q.v_proj}},
+                       dl.qkv);
     if (st.ok() && l.q_bias != nullptr) st = run({l.q_bias, l.k_bias, l.v_bias}, dl.qkv_bias, true);
-    if (st.ok()) st = run({l.o_proj}, dl.o, false);
-    if (st.ok()) st = run({l.gate_proj, l.up_proj}, dl.gate_up, false);
-    if (st.ok()) st = run({l.down_proj}, dl.down, false);
+    if (st.ok()) st = upload_linear(up, {{l.o_proj, &q.o_proj}}, dl.o);
+    if (st.ok())
+      st = upload_linear(up, {{l.gate_proj, &q.gate_proj}, {l.up_proj, &q.up_proj}}, dl.gate_up);
+    if (st.ok()) st = upload_linear(up, {{l.down_proj, &q.down_proj}}, dl.down);
     if (st.ok()) st = run({l.input_norm}, dl.input_norm, true);
     if (st.ok()) st = run({l.post_attn_norm}, dl.post_attn_norm, true);
     if (!st.ok()) return st.error();
   }
   up.finish();
   d.bytes = total;
+  count_formats(d);
   return d;
 }
 

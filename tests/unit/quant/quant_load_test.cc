@@ -227,30 +227,33 @@ TEST_CASE("fp8: scales may be [] or [1] per tensor, [out] or [out, 1] per channe
   CHECK(bad.error().message.find("has shape [2], config.json implies []") != std::string::npos);
 }
 
-TEST_CASE("the CUDA runner refuses a quantized checkpoint or --quantization, naming the format") {
+TEST_CASE(
+    "the CUDA runner admits quantized checkpoints; it refuses Llama biases it does not apply") {
   auto awq = parse_model_config(
       config_with(R"({"quant_method": "awq", "bits": 4, "group_size": 32, "zero_point": true})"),
       "config.json");
   REQUIRE(awq.ok());
   RunnerOptions opts;
   opts.device = "cuda:0";
-  Status st = cuda_runner_supports(*awq, opts);
-  REQUIRE(!st.ok());
-  CHECK(st.error().code == ErrorCode::kUnsupported);
-  CHECK(st.error().message ==
-        "quantization 'awq' (awq int4 (group 32, zero points)) is not "
-        "supported by the CUDA runner yet; the CPU runner runs it "
-        "(--device cpu)");
+  CHECK(cuda_runner_supports(*awq, opts).ok());
   ModelConfig plain = *awq;
   plain.quant = QuantConfig{};
-  CHECK(cuda_runner_supports(plain, opts).ok());
   opts.quantization = "fp8";
-  Status fp8 = cuda_runner_supports(plain, opts);
-  REQUIRE(!fp8.ok());
-  CHECK(
-      fp8.error().message.starts_with("quantization 'fp8' (fp8 e4m3 (fp8 (--quantization), "
-                                      "channel weight scales, dynamic per-token activation "
-                                      "scales)) is not supported by the CUDA runner yet"));
+  CHECK(cuda_runner_supports(plain, opts).ok());
+  opts.quantization = "int8";
+  Status bad = cuda_runner_supports(plain, opts);
+  REQUIRE(!bad.ok());
+  CHECK(bad.error().message.find("--quantization") != std::string::npos);
+  opts.quantization = "";
+  plain.arch = Arch::kLlama;
+  plain.attention_bias = true;
+  Status bias = cuda_runner_supports(plain, opts);
+  REQUIRE(!bias.ok());
+  CHECK(bias.error().code == ErrorCode::kUnsupported);
+  CHECK(bias.error().message.starts_with("config.json: attention_bias = true"));
+  plain.attention_bias = false;
+  plain.mlp_bias = true;
+  CHECK(cuda_runner_supports(plain, opts).error().message.starts_with("config.json: mlp_bias"));
 }
 
 TEST_CASE("weight bytes by format: the quantized Linears' tensors under their format") {

@@ -1,0 +1,76 @@
+// Programmatic dependent launch (compute capability 9.0+). A decode step is a chain of short
+// kernels, and each GEMV spends its first microseconds launching and waiting for its first
+// weight bytes while the kernel before it drains. Launched with the PDL attribute, a GEMV's
+// blocks start as soon as every block of the previous kernel has called pdl_launch_dependents,
+// prefetch their weight rows into L2 (weights never depend on the previous kernel), and only
+// then wait in pdl_wait for the previous grid to finish and its writes to be visible.
+//
+// Safety: pdl_launch_dependents only lets the next grid be scheduled; the next grid's pdl_wait
+// still waits for this whole grid and its memory. A kernel launched without the attribute is
+// ordered as usual, and pdl_wait returns at once in it. Below sm_90 both are no-ops and
+// launch_pdl launches plainly. TANDEM_PDL=0 turns it off (benchmarks compare the two).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <utility>
+
+#include "cuda_check.cuh"
+
+namespace tandem::kernels {
+
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;");
+#endif
+}
+
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+// Whether the current device takes the attribute (and TANDEM_PDL is not "0"); cached per device.
+inline bool pdl_enabled() {
+  static int cache[64] = {};  // 0 unknown, 1 off, 2 on
+  int device = 0;
+  TANDEM_CUDA_CHECK(cudaGetDevice(&device));
+  if (device < 0 || device >= 64) return false;
+  if (cache[device] == 0) {
+    int major = 0;
+    TANDEM_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    const char* env = std::getenv("TANDEM_PDL");
+    const bool off = env != nullptr && std::strcmp(env, "0") == 0;
+    cache[device] = major >= 9 && !off ? 2 : 1;
+  }
+  return cache[device] == 2;
+}
+
+template <typename... Params, typename... Args>
+void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                Args&&... args) {
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cfg.attrs = &attr;
+  cfg.numAttrs = pdl_enabled() ? 1 : 0;
+  TANDEM_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+}
+
+// Prefetches `bytes` starting at `p` into L2, one 128-byte line per lane step (no registers
+// held, no waiting: the loads that follow pdl_wait find the lines in flight or in L2).
+__device__ __forceinline__ void prefetch_l2(const void* p, int64_t bytes, int lane, int lanes) {
+  const char* c = static_cast<const char*>(p);
+  for (int64_t off = int64_t(lane) * 128; off < bytes; off += int64_t(lanes) * 128)
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(c + off));
+}
+
+}  // namespace tandem::kernels

@@ -1,0 +1,137 @@
+#include "runner/cuda/device_linear.h"
+
+#include <algorithm>
+
+#include "core/check.h"
+#include "kernels/fp8_linear.cuh"
+#include "kernels/gemm.cuh"
+#include "kernels/gemv.cuh"
+#include "kernels/int4_linear.cuh"
+
+namespace tandem {
+namespace {
+
+kernels::Int4Matrix int4_matrix(const DeviceLinearPart& p, int32_t k) {
+  kernels::Int4Matrix m;
+  m.qweight = p.weight.as<uint32_t>();
+  m.scales = p.scales.as<__half>();
+  m.zeros = p.zeros.as<uint8_t>();
+  m.perm = p.perm.bytes() > 0 ? p.perm.as<int32_t>() : nullptr;
+  m.n = p.rows;
+  m.k = k;
+  m.group_size = p.group_size;
+  return m;
+}
+
+kernels::Fp8Matrix fp8_matrix(const DeviceLinearPart& p, int32_t k) {
+  kernels::Fp8Matrix m;
+  m.weight = p.weight.as<uint8_t>();
+  m.scale = p.scales.as<float>();
+  m.block = p.fp8_block;
+  m.n = p.rows;
+  m.k = k;
+  return m;
+}
+
+bool w8a8(const DeviceLinearPart& p) {
+  return p.format == QuantFormat::kFp8 && p.fp8_activations != Fp8Activations::kNone;
+}
+
+// Input features per activation scale: per token, or per 128 features for block fp8.
+int32_t fp8_group(const DeviceLinearPart& p, int32_t k) {
+  return p.fp8_activations == Fp8Activations::kDynamicPerTokenGroup ? kernels::kFp8Block : k;
+}
+
+// Whether m rows take the part's decode kernel rather than a GEMM.
+bool decode_sized(const DeviceLinearPart& p, int32_t m) {
+  switch (p.format) {
+    case QuantFormat::kNone:
+      return m <= kernels::kGemvMaxTokens;
+    case QuantFormat::kAwq:
+    case QuantFormat::kGptq:
+      return m <= kernels::kInt4GemvMaxTokens;
+    case QuantFormat::kFp8:
+      return m <= kernels::kFp8GemvMaxTokens;
+  }
+  return false;
+}
+
+}  // namespace
+
+void run_linear(const DeviceLinear& w, const __nv_bfloat16* x, int32_t m, void* y, bool out_f32,
+                const LinearScratch& s, cudaStream_t stream) {
+  if (m == 0) return;
+  const size_t esize = out_f32 ? 4 : 2;
+  for (const DeviceLinearPart& p : w.parts) {
+    void* yp = static_cast<std::byte*>(y) + size_t(p.row0) * esize;
+    const bool decode = decode_sized(p, m);
+    switch (p.format) {
+      case QuantFormat::kNone:
+        if (decode) {
+          kernels::launch_gemv(x, p.weight.as<__nv_bfloat16>(), m, p.rows, w.k, yp, out_f32, stream,
+                               w.n);
+        } else {
+          s.gemm->run(x, p.weight.as<__nv_bfloat16>(), m, p.rows, w.k, yp, out_f32, stream, w.n);
+        }
+        break;
+      case QuantFormat::kAwq:
+      case QuantFormat::kGptq:
+        if (decode) {
+          kernels::launch_int4_gemv(x, int4_matrix(p, w.k), m, yp, w.n, out_f32, stream);
+        } else {
+          kernels::launch_int4_dequant(int4_matrix(p, w.k), s.dequant.as<__nv_bfloat16>(), stream);
+          s.gemm->run(x, s.dequant.as<__nv_bfloat16>(), m, p.rows, w.k, yp, out_f32, stream, w.n);
+        }
+        break;
+      case QuantFormat::kFp8:
+        if (!w8a8(p)) {
+          if (decode) {
+            kernels::launch_fp8_gemv_a16(x, fp8_matrix(p, w.k), m, yp, w.n, out_f32, stream);
+          } else {
+            kernels::launch_fp8_dequant(fp8_matrix(p, w.k), s.dequant.as<__nv_bfloat16>(), stream);
+            s.gemm->run(x, s.dequant.as<__nv_bfloat16>(), m, p.rows, w.k, yp, out_f32, stream, w.n);
+          }
+          break;
+        }
+        {
+          const int32_t group = fp8_group(p, w.k);
+          const float* static_scale =
+              p.input_scale.bytes() > 0 ? p.input_scale.as<float>() : nullptr;
+          kernels::launch_fp8_quantize(x, m, w.k, group, static_scale, p.activation_scale_ub,
+                                       s.xq.as<uint8_t>(), s.x_scale.as<float>(), stream);
+          if (decode) {
+            kernels::launch_fp8_gemv(s.xq.as<uint8_t>(), s.x_scale.as<float>(), group,
+                                     fp8_matrix(p, w.k), m, yp, w.n, out_f32, stream);
+          } else {
+            s.fp8_gemm->run(s.xq.as<uint8_t>(), s.x_scale.as<float>(), fp8_matrix(p, w.k), m, yp,
+                            w.n, out_f32, stream);
+          }
+        }
+        break;
+    }
+  }
+}
+
+void prepare_linear(const DeviceLinear& w, int32_t max_m, bool out_f32, const LinearScratch& s) {
+  for (const DeviceLinearPart& p : w.parts) {
+    if (w8a8(p)) {
+      s.fp8_gemm->prepare(max_m, p.rows, w.k, p.fp8_block, out_f32);
+    } else {
+      s.gemm->prepare(max_m, p.rows, w.k, out_f32);
+    }
+  }
+}
+
+int64_t dequant_scratch_elements(const DeviceLinear& w) {
+  int64_t most = 0;
+  for (const DeviceLinearPart& p : w.parts)
+    if (p.format != QuantFormat::kNone && !w8a8(p)) most = std::max(most, int64_t(p.rows) * w.k);
+  return most;
+}
+
+bool needs_fp8_gemm(const DeviceLinear& w) {
+  return std::any_of(w.parts.begin(), w.parts.end(),
+                     [](const DeviceLinearPart& p) { return w8a8(p); });
+}
+
+}  // namespace tandem

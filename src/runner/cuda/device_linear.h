@@ -1,0 +1,70 @@
+// A decoder Linear on one GPU in the form its checkpoint stores it, or several Linears stacked
+// along the output features (q|k|v, gate|up) so one launch computes them. Stacked Linears that
+// cannot share one matrix (different formats, GPTQ act-order permutations or static fp8 input
+// scales) stay separate parts writing their own columns of the one output.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "model/quant_config.h"
+#include "runner/cuda/device_buffer.h"
+
+namespace tandem {
+
+namespace kernels {
+class GemmContext;
+class Fp8GemmContext;
+}  // namespace kernels
+
+struct DeviceLinearPart {
+  QuantFormat format = QuantFormat::kNone;
+  Fp8Activations fp8_activations = Fp8Activations::kNone;
+  float activation_scale_ub = 0;  // fp8 dynamic: amax cap; 0 = none
+  int32_t row0 = 0;               // first output feature of the stacked matrix it produces
+  int32_t rows = 0;
+  int32_t group_size = 0;    // int4
+  bool fp8_block = false;    // fp8: 128 x 128 weight blocks
+  DeviceBuffer weight;       // bf16 [rows, k] | int4 qweight u32 [rows, k / 8] | fp8 u8 [rows, k]
+  DeviceBuffer scales;       // int4 fp16 [rows, k / group_size] | fp8 f32 [rows] or blocks
+  DeviceBuffer zeros;        // int4 u8 [rows, k / group_size]
+  DeviceBuffer perm;         // int4 i32 [k], or empty
+  DeviceBuffer input_scale;  // fp8 static activations: f32 [1]
+};
+
+struct DeviceLinear {
+  int32_t n = 0;  // output features of all parts together
+  int32_t k = 0;
+  std::vector<DeviceLinearPart> parts;
+
+  const __nv_bfloat16* bf16() const {  // the matrix of a plain single-part Linear, else null
+    return parts.size() == 1 && parts[0].format == QuantFormat::kNone
+               ? parts[0].weight.as<__nv_bfloat16>()
+               : nullptr;
+  }
+};
+
+// What running quantized Linears needs besides the weights, sized for one runner.
+struct LinearScratch {
+  DeviceBuffer xq;       // [max_tokens, max_k] u8: fp8 activations
+  DeviceBuffer x_scale;  // [max_tokens, ceil(max_k / 128)] f32
+  DeviceBuffer dequant;  // [max part rows, max_k] bf16: a prefill-sized GEMM's weights
+  kernels::GemmContext* gemm = nullptr;
+  kernels::Fp8GemmContext* fp8_gemm = nullptr;  // null when no part is W8A8
+};
+
+// y[m, n] = x[m, k] · W^T, bf16 or fp32 out; every part picks the decode kernel or the GEMM by m.
+void run_linear(const DeviceLinear& w, const __nv_bfloat16* x, int32_t m, void* y, bool out_f32,
+                const LinearScratch& scratch, cudaStream_t stream);
+
+// The algorithm searches of every GEMM shape `w` can reach with up to max_m rows, and the sizes
+// its parts need from LinearScratch (rows x k of a dequantized part; whether W8A8 runs).
+void prepare_linear(const DeviceLinear& w, int32_t max_m, bool out_f32,
+                    const LinearScratch& scratch);
+int64_t dequant_scratch_elements(const DeviceLinear& w);
+bool needs_fp8_gemm(const DeviceLinear& w);
+
+}  // namespace tandem
