@@ -51,8 +51,10 @@ void launch_fp8_gemv_a16(const __nv_bfloat16* x, const Fp8Matrix& w, int32_t m, 
 void launch_fp8_dequant(const Fp8Matrix& w, __nv_bfloat16* out, cudaStream_t stream);
 
 // W8A8 prefill through cuBLASLt's FP8 tensor-core path (sm_89+): channel scales as outer
-// vectors (weight rows × tokens), block fp8 as 128 × 128 weight blocks × 1 × 128 token groups.
-// Algorithms are searched once per row bucket and shape, like GemmContext.
+// vectors (weight rows × tokens), or, where cuBLASLt has no such kernel, an unscaled FP8 GEMM into
+// fp32 scratch and an epilogue applying both; block fp8 as 128 × 128 weight blocks × 1 × 128
+// token groups (scale layouts in gemm_fp8.cu). Algorithms are searched once per row bucket and
+// shape, like GemmContext.
 class Fp8GemmContext {
  public:
   explicit Fp8GemmContext(size_t workspace_bytes = 32u << 20);
@@ -60,13 +62,23 @@ class Fp8GemmContext {
   Fp8GemmContext(const Fp8GemmContext&) = delete;
   Fp8GemmContext& operator=(const Fp8GemmContext&) = delete;
 
-  // Whether this device and cuBLASLt run the shape's scaling mode; false names no error, the
-  // caller refuses the model at load with one.
-  bool supports(int32_t n, int32_t k, bool block);
+  // Whether this device and cuBLASLt run the shape's scaling mode with that output type; false
+  // names no error, the caller refuses the model at load with one. Block fp8 also needs
+  // k % 128 == 0 here (partial k blocks are untested against cuBLASLt).
+  bool supports(int32_t n, int32_t k, bool block, bool out_f32 = false);
+  // Searches every row bucket up to max_m, picks the shape's mode and sizes the scratch; run()
+  // allocates nothing and aborts on a shape or m it was not prepared for.
   void prepare(int32_t max_m, int32_t n, int32_t k, bool block, bool out_f32);
+  // Channel scales want x_scale per token (group = k); block fp8 x_scale [m, ceil(k / 128)].
   void run(const uint8_t* xq, const float* x_scale, const Fp8Matrix& w, int32_t m, void* y,
            int32_t ldy, bool out_f32, cudaStream_t stream);
   size_t workspace_bytes() const { return workspace_bytes_; }
+  // The mode prepare() chose for a shape ("unprepared" before): outer-vector scales, the
+  // unit-scales fallback with its epilogue, or block scales. For logs and tests.
+  const char* mode(int32_t n, int32_t k, bool block, bool out_f32) const;
+  // Tests and benchmarks: channel shapes prepared after this take the unit-scales fallback even
+  // where outer-vector scales are available, so both paths are exercised on one device.
+  void prefer_unit_scales(bool on);
 
  private:
   // Implementation state (layouts and algorithms per shape) is the implementer's choice.

@@ -1,0 +1,409 @@
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+
+#include "block_reduce.cuh"
+#include "cuda_check.cuh"
+#include "fp8_linear.cuh"
+
+namespace tandem::kernels {
+namespace {
+
+// src/runner/cpu/fp8_activations.cc: kFp8E4M3Max and vLLM's floor on dynamic scales, spelled
+// the same way so host and device round the division identically.
+constexpr float kE4M3Max = 448.0f;
+constexpr float kMinDynamicScale = 1.0f / (kE4M3Max * 512.0f);
+
+// e4m3 → fp16 is exact (fp16 holds every e4m3 value, subnormals included), fp16 → fp32 too;
+// cvt.rn.f16x2.e4m3x2 converts two at once. The low byte is .x.
+__device__ __forceinline__ float2 e4m3x2_to_float2(uint32_t two_bytes) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(two_bytes), __NV_E4M3);
+  return __half22float2(__half2(h));
+}
+
+// Four e4m3 bytes of a word, low byte first.
+__device__ __forceinline__ void e4m3x4_to_float(uint32_t w, float* f) {
+  const float2 lo = e4m3x2_to_float2(w & 0xffffu);
+  const float2 hi = e4m3x2_to_float2(w >> 16);
+  f[0] = lo.x;
+  f[1] = lo.y;
+  f[2] = hi.x;
+  f[3] = hi.y;
+}
+
+// Round to nearest even, saturating to ±448, NaN → 0x7f: core/dtype.h's f32_to_fp8_e4m3.
+__device__ __forceinline__ uint32_t float2_to_e4m3x2(float a, float b) {
+  return __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E4M3);
+}
+
+__device__ __forceinline__ float bf16_bits_to_float(uint32_t bits16) {
+  return __uint_as_float(bits16 << 16);
+}
+
+// ---- activation quantization --------------------------------------------------------------
+
+constexpr int kQuantThreads = 256;
+
+__device__ __forceinline__ float amax8(const uint4& v) {
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+  float a = 0.0f;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    a = fmaxf(a, fabsf(bf16_bits_to_float(w[j] & 0xffffu)));
+    a = fmaxf(a, fabsf(bf16_bits_to_float(w[j] >> 16)));
+  }
+  return a;
+}
+
+// Eight bf16 → eight e4m3 at `scale`, by IEEE division (no reciprocal) as the CPU does.
+__device__ __forceinline__ uint2 quantize8(const uint4& v, float scale) {
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+  uint32_t q[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    q[j] = float2_to_e4m3x2(__fdiv_rn(bf16_bits_to_float(w[j] & 0xffffu), scale),
+                            __fdiv_rn(bf16_bits_to_float(w[j] >> 16), scale));
+  }
+  return make_uint2(q[0] | (q[1] << 16), q[2] | (q[3] << 16));
+}
+
+__device__ __forceinline__ float dynamic_scale(float amax, float scale_ub) {
+  if (scale_ub > 0.0f) amax = fminf(amax, scale_ub);
+  return fmaxf(__fdiv_rn(amax, kE4M3Max), kMinDynamicScale);
+}
+
+// One block per token: one scale over the whole row (per-token dynamic or static). The second
+// pass reads the row again from L1/L2.
+__global__ void __launch_bounds__(kQuantThreads)
+    quantize_rows_kernel(const __nv_bfloat16* __restrict__ x, int32_t k, int32_t groups,
+                         const float* __restrict__ static_scale, float scale_ub,
+                         uint8_t* __restrict__ xq, float* __restrict__ x_scale) {
+  __shared__ float scratch[32];
+  const int64_t t = blockIdx.x;
+  const uint4* x8 = reinterpret_cast<const uint4*>(x + t * k);
+  const int k8 = k / 8;
+  float scale;
+  if (static_scale != nullptr) {
+    scale = *static_scale;
+  } else {
+    float a = 0.0f;
+    for (int c = threadIdx.x; c < k8; c += blockDim.x) a = fmaxf(a, amax8(x8[c]));
+    scale = dynamic_scale(block_max(a, scratch), scale_ub);
+  }
+  uint2* q8 = reinterpret_cast<uint2*>(xq + t * k);
+  for (int c = threadIdx.x; c < k8; c += blockDim.x) q8[c] = quantize8(x8[c], scale);
+  for (int g = threadIdx.x; g < groups; g += blockDim.x) x_scale[t * groups + g] = scale;
+}
+
+// 128-feature groups (block fp8): 16 threads per group, 8 features each; a block covers 16
+// groups of one token.
+constexpr int kGroupThreads = kFp8Block / 8;
+constexpr int kGroupsPerBlock = kQuantThreads / kGroupThreads;
+
+__global__ void __launch_bounds__(kQuantThreads)
+    quantize_groups_kernel(const __nv_bfloat16* __restrict__ x, int32_t k, int32_t groups,
+                           const float* __restrict__ static_scale, uint8_t* __restrict__ xq,
+                           float* __restrict__ x_scale) {
+  const int64_t t = blockIdx.y;
+  const int g = blockIdx.x * kGroupsPerBlock + threadIdx.x / kGroupThreads;
+  const int c = g * kGroupThreads + threadIdx.x % kGroupThreads;  // 8-feature chunk
+  const bool in = g < groups && c < k / 8;
+  const uint4 v = in ? reinterpret_cast<const uint4*>(x + t * k)[c] : make_uint4(0u, 0u, 0u, 0u);
+  float scale;
+  if (static_scale != nullptr) {
+    scale = *static_scale;
+  } else {
+    float a = amax8(v);
+#pragma unroll
+    for (int o = kGroupThreads / 2; o > 0; o >>= 1)
+      a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
+    scale = dynamic_scale(a, 0.0f);
+  }
+  if (!in) return;
+  reinterpret_cast<uint2*>(xq + t * k)[c] = quantize8(v, scale);
+  if (threadIdx.x % kGroupThreads == 0) x_scale[t * groups + g] = scale;
+}
+
+// ---- decode GEMV ---------------------------------------------------------------------------
+
+constexpr int kGemvWarps = 4;
+constexpr int kUnroll = 2;  // 16-byte weight loads in flight per lane and row
+
+__device__ __forceinline__ uint32_t word(const uint4& v, int i) {
+  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+// Token t's activations for one 16-feature chunk: loaded raw, then four features (word j of
+// the weight chunk) at a time as fp32.
+struct E4m3Activations {
+  const uint8_t* x;  // [m, k] e4m3
+  int32_t k;
+  using Raw = uint4;
+  __device__ __forceinline__ Raw load(int t, int c) const {
+    return __ldg(reinterpret_cast<const uint4*>(x + int64_t(t) * k) + c);
+  }
+  __device__ __forceinline__ static void features(const Raw& v, int j, float* f) {
+    e4m3x4_to_float(word(v, j), f);
+  }
+};
+
+struct Bf16Activations {
+  const __nv_bfloat16* x;  // [m, k]
+  int32_t k;
+  struct Raw {
+    uint4 lo, hi;
+  };
+  __device__ __forceinline__ Raw load(int t, int c) const {
+    const uint4* x8 = reinterpret_cast<const uint4*>(x + int64_t(t) * k);
+    return Raw{__ldg(x8 + 2 * c), __ldg(x8 + 2 * c + 1)};
+  }
+  __device__ __forceinline__ static void features(const Raw& v, int j, float* f) {
+    const uint4& half = j < 2 ? v.lo : v.hi;
+    const uint32_t a = word(half, 2 * (j & 1)), b = word(half, 2 * (j & 1) + 1);
+    f[0] = bf16_bits_to_float(a & 0xffffu);
+    f[1] = bf16_bits_to_float(a >> 16);
+    f[2] = bf16_bits_to_float(b & 0xffffu);
+    f[3] = bf16_bits_to_float(b >> 16);
+  }
+};
+
+struct GemvArgs {
+  const float* x_scale;  // [m, groups], or null (W8A16)
+  int32_t group;         // activation features per x_scale entry
+  int32_t groups;
+  Fp8Matrix w;
+  void* y;
+  int32_t ldy;
+};
+
+// Warp-per-R-rows: each lane converts a 16-feature chunk of every token once and uses it for R
+// weight rows, so m tokens cost m / R activation conversions per weight byte. Segmented: the
+// scales change along k (128 × 128 weight blocks or 128-feature activation groups), so each
+// chunk's partial sum (inside one 128 block, as 16 | 128) is scaled before it is added.
+template <int M, int R, bool kSegmented, typename X, typename Out>
+__global__ void __launch_bounds__(kGemvWarps * 32) fp8_gemv_kernel(X x, GemvArgs a) {
+  const int lane = threadIdx.x & 31;
+  const int row0 = (blockIdx.x * kGemvWarps + (threadIdx.x >> 5)) * R;
+  const Fp8Matrix& w = a.w;
+  if (row0 >= w.n) return;
+  const int k16 = w.k / 16;
+  const int block_cols = (w.k + kFp8Block - 1) / kFp8Block;
+  const uint4* wr[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+    wr[r] = reinterpret_cast<const uint4*>(w.weight + int64_t(min(row0 + r, w.n - 1)) * w.k);
+  float acc[M][R];
+#pragma unroll
+  for (int t = 0; t < M; ++t)
+#pragma unroll
+    for (int r = 0; r < R; ++r) acc[t][r] = 0.0f;
+
+  for (int c0 = lane; c0 < k16; c0 += 32 * kUnroll) {
+    uint4 wv[kUnroll][R];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+        wv[u][r] = c0 + 32 * u < k16 ? __ldcs(wr[r] + c0 + 32 * u) : make_uint4(0u, 0u, 0u, 0u);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int c = c0 + 32 * u;
+      if (c >= k16) break;
+      float part[M][R];
+#pragma unroll
+      for (int t = 0; t < M; ++t)
+#pragma unroll
+        for (int r = 0; r < R; ++r) part[t][r] = 0.0f;
+      typename X::Raw xr[M];
+#pragma unroll
+      for (int t = 0; t < M; ++t) xr[t] = x.load(t, c);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        float xf[M][4], wf[R][4];
+#pragma unroll
+        for (int t = 0; t < M; ++t) X::features(xr[t], j, xf[t]);
+#pragma unroll
+        for (int r = 0; r < R; ++r) e4m3x4_to_float(word(wv[u][r], j), wf[r]);
+#pragma unroll
+        for (int t = 0; t < M; ++t)
+#pragma unroll
+          for (int r = 0; r < R; ++r)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) part[t][r] = fmaf(xf[t][e], wf[r][e], part[t][r]);
+      }
+      if constexpr (kSegmented) {
+        const int feature = c * 16;
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          const int row = min(row0 + r, w.n - 1);
+          const float ws =
+              w.block ? __ldg(w.scale + (row / kFp8Block) * block_cols + feature / kFp8Block)
+                      : __ldg(w.scale + row);
+#pragma unroll
+          for (int t = 0; t < M; ++t) {
+            const float xs = a.x_scale ? __ldg(a.x_scale + t * a.groups + feature / a.group) : 1.0f;
+            acc[t][r] = fmaf(part[t][r], xs * ws, acc[t][r]);
+          }
+        }
+      } else {
+#pragma unroll
+        for (int t = 0; t < M; ++t)
+#pragma unroll
+          for (int r = 0; r < R; ++r) acc[t][r] += part[t][r];
+      }
+    }
+  }
+  Out* y = static_cast<Out*>(a.y);
+#pragma unroll
+  for (int t = 0; t < M; ++t) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const float v = warp_sum(acc[t][r]);
+      const int row = row0 + r;
+      if (lane == t * R + r && row < w.n) {
+        float out = v;
+        if constexpr (!kSegmented) {
+          const float xs = a.x_scale ? a.x_scale[t * a.groups] : 1.0f;
+          out = v * (xs * w.scale[row]);
+        }
+        if constexpr (sizeof(Out) == 4) {
+          y[int64_t(t) * a.ldy + row] = out;
+        } else {
+          y[int64_t(t) * a.ldy + row] = __float2bfloat16_rn(out);
+        }
+      }
+    }
+  }
+}
+
+template <int M, int R, typename X, typename Out>
+void launch_rows(X x, const GemvArgs& a, bool segmented, cudaStream_t stream) {
+  static_assert(M * R <= 32, "one lane stores each (token, row)");
+  const int rows_per_block = kGemvWarps * R;
+  const int blocks = (a.w.n + rows_per_block - 1) / rows_per_block;
+  if (segmented) {
+    fp8_gemv_kernel<M, R, true, X, Out><<<blocks, kGemvWarps * 32, 0, stream>>>(x, a);
+  } else {
+    fp8_gemv_kernel<M, R, false, X, Out><<<blocks, kGemvWarps * 32, 0, stream>>>(x, a);
+  }
+}
+
+// Rows per warp by token count: one row at m = 1 (the most warps in flight), more as the
+// activation conversions per weight byte grow with m.
+template <typename X, typename Out>
+void dispatch_gemv(X x, const GemvArgs& a, int32_t m, bool segmented, cudaStream_t stream) {
+  static_assert(kFp8GemvMaxTokens == 4, "one instantiation per token count");
+  switch (m) {
+    case 1:
+      launch_rows<1, 1, X, Out>(x, a, segmented, stream);
+      break;
+    case 2:
+      launch_rows<2, 2, X, Out>(x, a, segmented, stream);
+      break;
+    case 3:
+      launch_rows<3, 2, X, Out>(x, a, segmented, stream);
+      break;
+    default:
+      launch_rows<4, 4, X, Out>(x, a, segmented, stream);
+      break;
+  }
+}
+
+template <typename X>
+void gemv(X x, const GemvArgs& a, int32_t m, bool segmented, bool out_f32, cudaStream_t stream) {
+  if (out_f32) {
+    dispatch_gemv<X, float>(x, a, m, segmented, stream);
+  } else {
+    dispatch_gemv<X, __nv_bfloat16>(x, a, m, segmented, stream);
+  }
+  TANDEM_CUDA_CHECK_LAUNCH();
+}
+
+[[noreturn]] void refuse(const char* what, int32_t m, int32_t k, int32_t group) {
+  std::fprintf(stderr, "%s: unsupported m=%d k=%d group=%d\n", what, m, k, group);
+  std::abort();
+}
+
+// ---- dequantization ------------------------------------------------------------------------
+
+__global__ void dequant_kernel(Fp8Matrix w, __nv_bfloat16* __restrict__ out) {
+  const int k16 = w.k / 16;
+  const int block_cols = (w.k + kFp8Block - 1) / kFp8Block;
+  const int64_t chunks = int64_t(w.n) * k16;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < chunks;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int row = int(i / k16), c = int(i % k16);
+    const float s =
+        w.block ? w.scale[(row / kFp8Block) * block_cols + c * 16 / kFp8Block] : w.scale[row];
+    const uint4 v = __ldcs(reinterpret_cast<const uint4*>(w.weight) + i);
+    const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+    uint32_t packed[8];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      float f[4];
+      e4m3x4_to_float(words[j], f);
+      // One fp32 product rounded once to bf16: dequant_rows × f32_to_bf16 on the host.
+#pragma unroll
+      for (int e = 0; e < 4; e += 2) {
+        const __nv_bfloat162 b = __floats2bfloat162_rn(f[e] * s, f[e + 1] * s);
+        packed[2 * j + e / 2] = *reinterpret_cast<const uint32_t*>(&b);
+      }
+    }
+    uint4* dst = reinterpret_cast<uint4*>(out) + 2 * i;
+    dst[0] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+    dst[1] = make_uint4(packed[4], packed[5], packed[6], packed[7]);
+  }
+}
+
+}  // namespace
+
+void launch_fp8_quantize(const __nv_bfloat16* x, int32_t m, int32_t k, int32_t group,
+                         const float* static_scale, float scale_ub, uint8_t* xq, float* x_scale,
+                         cudaStream_t stream) {
+  if (m == 0) return;
+  if (k % 16 != 0 || group <= 0 || (group < k && group != kFp8Block)) {
+    refuse("fp8_quantize", m, k, group);
+  }
+  const int32_t groups = (k + group - 1) / group;
+  if (group >= k || static_scale != nullptr) {
+    quantize_rows_kernel<<<m, kQuantThreads, 0, stream>>>(x, k, groups, static_scale, scale_ub, xq,
+                                                          x_scale);
+  } else {
+    // fp8_activations.cc applies no upper bound to per-token-group scales.
+    const dim3 grid((groups + kGroupsPerBlock - 1) / kGroupsPerBlock, m);
+    quantize_groups_kernel<<<grid, kQuantThreads, 0, stream>>>(x, k, groups, nullptr, xq, x_scale);
+  }
+  TANDEM_CUDA_CHECK_LAUNCH();
+}
+
+void launch_fp8_gemv(const uint8_t* xq, const float* x_scale, int32_t group, const Fp8Matrix& w,
+                     int32_t m, void* y, int32_t ldy, bool out_f32, cudaStream_t stream) {
+  if (m < 1 || m > kFp8GemvMaxTokens || w.k % 16 != 0 || group <= 0 ||
+      (group < w.k && group != kFp8Block)) {
+    refuse("fp8_gemv", m, w.k, group);
+  }
+  const GemvArgs a{x_scale, group, (w.k + group - 1) / group, w, y, ldy};
+  gemv(E4m3Activations{xq, w.k}, a, m, w.block || group < w.k, out_f32, stream);
+}
+
+void launch_fp8_gemv_a16(const __nv_bfloat16* x, const Fp8Matrix& w, int32_t m, void* y,
+                         int32_t ldy, bool out_f32, cudaStream_t stream) {
+  if (m < 1 || m > kFp8GemvMaxTokens || w.k % 16 != 0) refuse("fp8_gemv_a16", m, w.k, 0);
+  const GemvArgs a{nullptr, w.k, 1, w, y, ldy};
+  gemv(Bf16Activations{x, w.k}, a, m, w.block, out_f32, stream);
+}
+
+void launch_fp8_dequant(const Fp8Matrix& w, __nv_bfloat16* out, cudaStream_t stream) {
+  if (w.k % 16 != 0) refuse("fp8_dequant", 0, w.k, 0);
+  const int64_t chunks = int64_t(w.n) * (w.k / 16);
+  if (chunks == 0) return;
+  const int threads = 256;
+  const int64_t blocks = std::min<int64_t>((chunks + threads - 1) / threads, 132 * 16);
+  dequant_kernel<<<int(blocks), threads, 0, stream>>>(w, out);
+  TANDEM_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace tandem::kernels
