@@ -1,6 +1,6 @@
 // W4A16 Linears for AWQ and GPTQ checkpoints: y[m, n] = x[m, k] · W^T with 4-bit weights, bf16
-// activations and fp32 accumulation. Both formats are repacked at load (model/int4_repack.h) into
-// the one layout below, so one set of kernels serves both:
+// activations and fp32 accumulation. Both formats are repacked at load
+// (model/device_quant_layout.h) into the one layout below, so one set of kernels serves both:
 //   w[r, i] = (q[r, i] − zero[r, g]) × scale[r, g],   g = i / group_size
 // computed exactly in fp32 (an int4 difference times an fp16 scale is exact), where i counts
 // input features in the packed order; packed feature i multiplies x[perm[i]] (GPTQ act-order) or
@@ -15,11 +15,23 @@
 
 namespace tandem::kernels {
 
+// The GEMV multiplies on the tensor cores (mma.m16n8k16, bf16 in, fp32 out): a warp takes 16
+// rows, and the layout hands each lane its A-fragment as stored, 8 nibbles per word, so a lane
+// reads its weights with one 16-byte load per 64 features and needs no shuffles.
+//
+// qweight: tile T (rows 16T..16T+15) is 2k words at T * 2k. Its 32-feature blocks b = 0..k/32-1
+// go in pairs: pair P = b / 2 is 128 words at P * 128, lane L's four words at L * 4 + (b % 2) * 2
+// + s; when k / 32 is odd the last block is 64 words, lane L's two at (k / 64) * 128 + L * 2 + s.
+// Word s of a block (s = 0, 1) holds k-step s (features 32b + 16s ..+15) of rows j = L / 4 and
+// j + 8, c = 2 * (L % 4), as the mma's A registers a0..a3 want them:
+//   nibble m + 4e (m = 0..3, e = 0..1) = q[16T + j + 8 * (m % 2), 32b + 16s + c + 8 * (m / 2) + e]
+// so `(word >> 4m) & 0x000F000F` is register m's two values, e = 0 in the low half.
+// scales, zeros: [tiles, groups, 8, 2]; [T, g, j, h] is row 16T + 8h + j, so lane L reads rows
+// j and j + 8 of one group as one half2 / one pair of bytes.
 struct Int4Matrix {
-  const uint32_t* qweight = nullptr;  // [n, k / 8]: word c of row r holds packed features
-                                      // 8c..8c+7, feature 8c+j in bits 4j..4j+3 (0..15)
-  const __half* scales = nullptr;     // [n, k / group_size]
-  const uint8_t* zeros = nullptr;     // [n, k / group_size] zero points (0..16)
+  const uint32_t* qweight = nullptr;  // [ceil(n / 16), 2k] words, 16-byte aligned (above)
+  const __half* scales = nullptr;     // [ceil(n / 16), k / group_size, 8, 2]
+  const uint8_t* zeros = nullptr;     // [ceil(n / 16), k / group_size, 8, 2] zero points (0..16)
   const int32_t* perm = nullptr;      // [k] or null
   int32_t n = 0;
   int32_t k = 0;           // k % 32 == 0
@@ -29,8 +41,10 @@ struct Int4Matrix {
 // Decode sizes: the weights stream once for all m tokens.
 constexpr int32_t kInt4GemvMaxTokens = 4;
 
-// 1 <= m <= kInt4GemvMaxTokens. y row t starts at y + t * ldy (ldy >= n), bf16 or fp32.
-void launch_int4_gemv(const __nv_bfloat16* x,  // [m, k] in, row stride k
+// 1 <= m <= kInt4GemvMaxTokens. y row t starts at y + t * ldy (ldy >= n), bf16 or fp32. Each
+// block stages x (gathered through perm) in shared memory, in chunks when m * k is large, and
+// sums its warps' k-slices in a fixed order: reruns are bit-identical.
+void launch_int4_gemv(const __nv_bfloat16* x,  // [m, k] in, row stride k, 16-byte aligned
                       const Int4Matrix& w, int32_t m,
                       void* y,  // [m, ldy] out
                       int32_t ldy, bool out_f32, cudaStream_t stream);

@@ -13,15 +13,18 @@
 namespace tandem {
 
 // AWQ and GPTQ in one layout: w[r, i] = (q[r, i] − zeros[r, g]) × scales[r, g], g = i / group_size,
-// for packed input feature i, which is input feature perm[i] (or i when perm is empty).
+// for packed input feature i, which is input feature perm[i] (or i when perm is empty). Rows are
+// stored in tiles of 16 (n rounded up; padding rows have q, zero and scale 0) in the order the
+// GEMV's tensor-core fragments read them; kernels/int4_linear.cuh draws the layout.
 struct Int4Layout {
   int64_t n = 0;  // output features
   int64_t k = 0;  // input features
   int64_t group_size = 0;
-  std::vector<uint32_t> qweight;  // [n, k / 8]: feature 8c+j of row r in bits 4j.. of word c
-  std::vector<uint16_t> scales;   // [n, k / group_size] fp16 bits
-  std::vector<uint8_t> zeros;     // [n, k / group_size], the GPTQ v1 offset already added
-  std::vector<int32_t> perm;      // [k], or empty
+  std::vector<uint32_t> qweight;  // [ceil(n / 16), 2k] words: tile t's 16 × k nibbles
+  // [ceil(n / 16), k / group_size, 8, 2] fp16 bits: row 16t + 8h + j of group g at [t, g, j, h]
+  std::vector<uint16_t> scales;
+  std::vector<uint8_t> zeros;  // same shape and order, 0..16 (the GPTQ v1 offset added)
+  std::vector<int32_t> perm;   // [k], or empty
 
   // Stacks `below`'s rows under this one's (q|k|v, gate|up). Same k, group_size and perm.
   bool can_stack(const Int4Layout& below) const;
@@ -29,8 +32,10 @@ struct Int4Layout {
 };
 
 // The repacked form of an AWQ or GPTQ Linear. GPTQ act-order (g_idx) becomes a permutation that
-// sorts input features by group; kUnsupported errors name the field and value the layout cannot
-// hold: groups of unequal size, group_size not a multiple of 32, in_features not a multiple of 32.
+// sorts input features by group (stable; left empty when it sorts nothing); kUnsupported errors
+// name the field and value the layout cannot hold: act-order groups of unequal size (g_idx),
+// group_size not a multiple of 32 or not dividing in_features, in_features not a multiple of 32,
+// bf16 scales that fp16 cannot hold exactly.
 Result<Int4Layout> repack_int4(const TensorView& qweight, const LinearQuant& q,
                                const std::string& module);
 

@@ -19,36 +19,10 @@ using namespace tandem::testing;
 
 namespace {
 
-LinearQuant int4_linear(QuantFormat f, int64_t out, int64_t in, int64_t group,
-                        const TensorView* scales, const TensorView* zeros) {
-  LinearQuant q;
-  q.format = f;
-  q.out_features = out;
-  q.in_features = in;
-  q.group_size = group;
-  q.scale = scales;
-  q.zeros = zeros;
-  return q;
-}
-
 std::vector<float> dequant_all(const TensorView& w, const LinearQuant& q) {
   std::vector<float> out(size_t(q.out_features * q.in_features));
   dequant_rows(w, q, 0, q.out_features, out.data());
   return out;
-}
-
-// Scales exactly representable in fp16 (what the checkpoint stores).
-std::vector<float> random_f16_scales(std::mt19937& rng, size_t n) {
-  std::uniform_real_distribution<float> d(0.001f, 0.05f);
-  std::vector<float> s;
-  for (size_t i = 0; i < n; ++i) s.push_back(f16_to_f32(f32_to_f16(d(rng))));
-  return s;
-}
-
-std::vector<int32_t> random_words(std::mt19937& rng, size_t n) {
-  std::vector<int32_t> v;
-  for (size_t i = 0; i < n; ++i) v.push_back(int32_t(rng()));
-  return v;
 }
 
 }  // namespace

@@ -1,0 +1,388 @@
+#include "int4_linear.cuh"
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "cuda_check.cuh"
+
+namespace tandem::kernels {
+namespace {
+
+constexpr int kWarps = 8;
+constexpr int kThreads = kWarps * 32;
+constexpr int kUnroll = 4;  // 16-byte qweight loads per lane per batch; two batches in flight
+// Within the default 48 KB, so several blocks share an SM; larger m * k is staged in chunks.
+constexpr int kSmemBytes = 48 * 1024;
+constexpr int kReduceBytes = kWarps * 16 * kInt4GemvMaxTokens * 4;
+
+// bf16x2 a + b in one instruction (fma with 1.0).
+__device__ __forceinline__ uint32_t bf16x2_add(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(0x3F803F80u), "r"(b));
+  return d;
+}
+
+// One k-step word → the A registers, (q − zero) exact in bf16: 0x4300 | q is 128 + q, and
+// zero_lo / zero_hi hold −(128 + zero) of rows j and j + 8 (registers 0, 2 and 1, 3).
+__device__ __forceinline__ void unpack(uint32_t w, uint32_t zero_lo, uint32_t zero_hi,
+                                       uint32_t (&a)[4]) {
+  a[0] = bf16x2_add((w & 0x000F000Fu) | 0x43004300u, zero_lo);
+  a[1] = bf16x2_add(((w >> 4) & 0x000F000Fu) | 0x43004300u, zero_hi);
+  a[2] = bf16x2_add(((w >> 8) & 0x000F000Fu) | 0x43004300u, zero_lo);
+  a[3] = bf16x2_add(((w >> 12) & 0x000F000Fu) | 0x43004300u, zero_hi);
+}
+
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// −(128 + z) as bf16x2 bits: 128 + z (z <= 16) is 0x4300 | z.
+__device__ __forceinline__ uint32_t neg_zero_bits(uint32_t z) {
+  return (0xC300u | z) * 0x10001u;
+}
+
+// The group a warp is in while it walks its k-slice: scale and zero of rows j and j + 8, the
+// next group's prefetched, and the fp32 sum of (q − zero) · x since the group began.
+struct GroupWalk {
+  const uint32_t* scales;  // this tile's [groups, 8] half2: rows j, j + 8
+  const uint16_t* zeros;   // this tile's [groups, 8] byte pairs
+  int groups = 0;
+  int blocks_per_group = 0;
+  int group = 0;
+  int left = 0;  // blocks of this group still to come
+  float scale_lo = 0, scale_hi = 0;
+  uint32_t zero_lo = 0, zero_hi = 0;
+  uint32_t next_scales = 0;
+  uint16_t next_zeros = 0;
+  float part[4] = {0, 0, 0, 0};
+
+  __device__ void set(uint32_t s2, uint16_t z2) {
+    scale_lo = __half2float(__ushort_as_half(static_cast<unsigned short>(s2 & 0xffffu)));
+    scale_hi = __half2float(__ushort_as_half(static_cast<unsigned short>(s2 >> 16)));
+    zero_lo = neg_zero_bits(z2 & 0xffu);
+    zero_hi = neg_zero_bits(z2 >> 8);
+  }
+  __device__ void prefetch(int j) {
+    if (group + 1 < groups) {
+      next_scales = __ldg(scales + (group + 1) * 8 + j);
+      next_zeros = __ldg(zeros + (group + 1) * 8 + j);
+    }
+  }
+  __device__ void start(int block, int j) {
+    group = block / blocks_per_group;
+    left = blocks_per_group - block % blocks_per_group;
+    set(__ldg(scales + group * 8 + j), __ldg(zeros + group * 8 + j));
+    prefetch(j);
+  }
+  __device__ void flush(float (&acc)[4]) {
+    acc[0] = fmaf(scale_lo, part[0], acc[0]);
+    acc[1] = fmaf(scale_lo, part[1], acc[1]);
+    acc[2] = fmaf(scale_hi, part[2], acc[2]);
+    acc[3] = fmaf(scale_hi, part[3], acc[3]);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) part[i] = 0.0f;
+  }
+  // Before each block: moves to the next group when this one is done.
+  __device__ void step(float (&acc)[4], int j) {
+    if (left == 0) {
+      flush(acc);
+      ++group;
+      set(next_scales, next_zeros);
+      prefetch(j);
+      left = blocks_per_group;
+    }
+    --left;
+  }
+  // One 32-feature block: two k-steps of 16.
+  __device__ void block(uint32_t w0, uint32_t w1, uint4 xv) {
+    uint32_t a[4];
+    unpack(w0, zero_lo, zero_hi, a);
+    mma_bf16(part, a, xv.x, xv.y);
+    unpack(w1, zero_lo, zero_hi, a);
+    mma_bf16(part, a, xv.z, xv.w);
+  }
+};
+
+// Words of x per token in shared memory: the chunk's bf16 plus 64 bytes when that makes the
+// stride a multiple of 128 bytes, so two tokens' fragment loads fall in different banks.
+__host__ __device__ inline int x_stride_words(int chunk) {
+  const int bytes = chunk * 2;
+  return (bytes % 128 == 0 ? bytes + 64 : bytes) / 4;
+}
+
+// Stages x[:, c0 .. c0 + kc) in B-fragment order: block b of token t is 32 words at
+// t * stride + b * 16, lane quad position q's four words at q * 4 + s * 2 + (features 8..15 of
+// k-step s), each holding features (2q, 2q + 1) of that half k-step.
+template <int M>
+__device__ void stage_x(const __nv_bfloat16* __restrict__ x, const int32_t* __restrict__ perm,
+                        int k, int c0, int kc, int stride, uint32_t* xs) {
+  const int units = kc / 8;  // 8 features each
+  for (int u = threadIdx.x; u < M * units; u += kThreads) {
+    const int tok = u / units, j = u % units;
+    const int f = c0 + 8 * j;
+    uint32_t v[4];
+    if (perm == nullptr) {
+      const uint4 raw = __ldg(reinterpret_cast<const uint4*>(x + int64_t(tok) * k + f));
+      v[0] = raw.x;
+      v[1] = raw.y;
+      v[2] = raw.z;
+      v[3] = raw.w;
+    } else {
+      const unsigned short* xt = reinterpret_cast<const unsigned short*>(x) + int64_t(tok) * k;
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const uint32_t lo = __ldg(xt + __ldg(perm + f + 2 * q));
+        const uint32_t hi = __ldg(xt + __ldg(perm + f + 2 * q + 1));
+        v[q] = lo | (hi << 16);
+      }
+    }
+    const int b = j / 4, s = (j % 4) / 2, half = j % 2;
+    uint32_t* dst = xs + tok * stride + b * 16 + s * 2 + half;
+#pragma unroll
+    for (int q = 0; q < 4; ++q) dst[q * 4] = v[q];
+  }
+}
+
+// Block: `tiles_per_block` row tiles of 16, each by kWarps / tiles_per_block warps splitting k.
+template <int M, typename Out>
+__global__ void __launch_bounds__(kThreads)
+    int4_gemv_kernel(const __nv_bfloat16* __restrict__ x, Int4Matrix w, int tiles_per_block,
+                     int chunk, Out* __restrict__ y, int ldy) {
+  extern __shared__ uint4 smem[];
+  const int stride = x_stride_words(chunk);
+  uint32_t* xs = reinterpret_cast<uint32_t*>(smem);        // [M, stride]
+  float* red = reinterpret_cast<float*>(xs + M * stride);  // [kWarps, 16, M]
+
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int j = lane >> 2, quad = lane & 3;
+  const int splits = kWarps / tiles_per_block;
+  const int tile = blockIdx.x * tiles_per_block + warp / splits;
+  const int split = warp % splits;
+  const bool active = tile < (w.n + 15) / 16;
+  const int k = w.k;
+  const int pairs = k / 64;
+  const bool odd_block = (k / 32) % 2 == 1;
+  const int groups = k / w.group_size;
+
+  const uint4* qtile = reinterpret_cast<const uint4*>(w.qweight + int64_t(tile) * 2 * k);
+  GroupWalk walk;
+  walk.scales = reinterpret_cast<const uint32_t*>(w.scales) + int64_t(tile) * groups * 8;
+  walk.zeros = reinterpret_cast<const uint16_t*>(w.zeros) + int64_t(tile) * groups * 8;
+  walk.groups = groups;
+  walk.blocks_per_group = w.group_size / 32;
+  float acc[4] = {0, 0, 0, 0};
+
+  for (int c0 = 0; c0 < k; c0 += chunk) {
+    const int kc = min(chunk, k - c0);
+    // This warp's pairs of the chunk, and the odd last block for the last warp of a tile.
+    const int chunk_pairs = kc / 64;
+    const int p0 = c0 / 64 + chunk_pairs * split / splits;
+    const int p1 = c0 / 64 + chunk_pairs * (split + 1) / splits;
+    const bool tail = active && odd_block && c0 + kc == k && split == splits - 1;
+    const bool any = active && (p1 > p0 || tail);
+
+    // The first weights and group are in flight while x is staged.
+    uint4 cur[kUnroll] = {};
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      if (active && p0 + u < p1) cur[u] = __ldcs(qtile + (p0 + u) * 32 + lane);
+    if (any) walk.start(2 * p0, j);
+    if (c0 > 0) __syncthreads();  // every warp is done with the previous chunk
+    stage_x<M>(x, w.perm, k, c0, kc, stride, xs);
+    __syncthreads();
+    if (!any) continue;
+
+    // Lanes j >= M hold no token: they read token M - 1 and multiply zeros.
+    const uint4* xfrag = reinterpret_cast<const uint4*>(xs + min(j, M - 1) * stride) + quad;
+    const uint32_t keep = j < M ? 0xffffffffu : 0u;
+    auto x_block = [&](int b) {
+      const uint4 v = xfrag[b * 4];
+      return make_uint4(v.x & keep, v.y & keep, v.z & keep, v.w & keep);
+    };
+    for (int p = p0; p < p1; p += kUnroll) {
+      uint4 next[kUnroll] = {};
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u)
+        if (p + kUnroll + u < p1) next[u] = __ldcs(qtile + (p + kUnroll + u) * 32 + lane);
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        if (p + u < p1) {
+          const int b = 2 * (p + u - c0 / 64);  // block within the chunk
+          walk.step(acc, j);
+          walk.block(cur[u].x, cur[u].y, x_block(b));
+          walk.step(acc, j);
+          walk.block(cur[u].z, cur[u].w, x_block(b + 1));
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) cur[u] = next[u];
+    }
+    if (tail) {
+      const uint2 q = __ldcs(
+          reinterpret_cast<const uint2*>(w.qweight + int64_t(tile) * 2 * k + pairs * 128) + lane);
+      const int b = 2 * (pairs - c0 / 64);
+      walk.step(acc, j);
+      walk.block(q.x, q.y, x_block(b));
+    }
+    walk.flush(acc);
+  }
+
+  // C fragment: acc[0..1] row j, tokens 2 * quad + 0..1; acc[2..3] row j + 8.
+#pragma unroll
+  for (int e = 0; e < 2; ++e) {
+    const int tok = 2 * quad + e;
+    if (tok < M) {
+      red[(warp * 16 + j) * M + tok] = acc[e];
+      red[(warp * 16 + j + 8) * M + tok] = acc[2 + e];
+    }
+  }
+  __syncthreads();
+  for (int o = threadIdx.x; o < tiles_per_block * 16 * M; o += kThreads) {
+    const int local = o / (16 * M), row = (o / M) % 16, tok = o % M;
+    const int r = (blockIdx.x * tiles_per_block + local) * 16 + row;
+    if (r >= w.n) continue;
+    float v = 0.0f;
+    for (int s = 0; s < splits; ++s) v += red[((local * splits + s) * 16 + row) * M + tok];
+    if constexpr (sizeof(Out) == 4) {
+      y[int64_t(tok) * ldy + r] = v;
+    } else {
+      y[int64_t(tok) * ldy + r] = __float2bfloat16(v);
+    }
+  }
+}
+
+int multiprocessors() {
+  static const int count = [] {
+    int device = 0, sms = 0;
+    TANDEM_CUDA_CHECK(cudaGetDevice(&device));
+    TANDEM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    return sms;
+  }();
+  return count;
+}
+
+template <int M, typename Out>
+void launch_gemv_m(const __nv_bfloat16* x, const Int4Matrix& w, Out* y, int32_t ldy,
+                   cudaStream_t stream) {
+  const int tiles = (w.n + 15) / 16;
+  // Several tiles per block when there are many: x is staged once for all of them. Few tiles
+  // (n <= 16 * 8 * SMs) keep one per block so that every SM has blocks.
+  const int sms = multiprocessors();
+  const int tiles_per_block = tiles >= 16 * sms ? 4 : tiles >= 8 * sms ? 2 : 1;
+  int chunk = ((kSmemBytes - kReduceBytes) / M - 64) / 2 / 64 * 64;
+  if (chunk > w.k) chunk = w.k;
+  const size_t smem = size_t(M) * x_stride_words(chunk) * 4 + size_t(kWarps) * 16 * M * 4;
+  const int blocks = (tiles + tiles_per_block - 1) / tiles_per_block;
+  int4_gemv_kernel<M, Out>
+      <<<blocks, kThreads, smem, stream>>>(x, w, tiles_per_block, chunk, y, ldy);
+}
+
+template <typename Out>
+void dispatch(const __nv_bfloat16* x, const Int4Matrix& w, int32_t m, Out* y, int32_t ldy,
+              cudaStream_t stream) {
+  static_assert(kInt4GemvMaxTokens == 4, "one instantiation per token count");
+  switch (m) {
+    case 1:
+      launch_gemv_m<1>(x, w, y, ldy, stream);
+      break;
+    case 2:
+      launch_gemv_m<2>(x, w, y, ldy, stream);
+      break;
+    case 3:
+      launch_gemv_m<3>(x, w, y, ldy, stream);
+      break;
+    default:
+      launch_gemv_m<4>(x, w, y, ldy, stream);
+      break;
+  }
+}
+
+// One thread per qweight word: its 8 weights, rows j and j + 8 of a tile, to bf16.
+__global__ void int4_dequant_kernel(Int4Matrix w, __nv_bfloat16* __restrict__ out) {
+  const int64_t k = w.k;
+  const int64_t words = int64_t((w.n + 15) / 16) * 2 * k;
+  const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= words) return;
+  const int64_t tile = idx / (2 * k);
+  const int64_t o = idx % (2 * k);
+  const int64_t pairs = k / 64;
+  int64_t b;
+  int lane, s;
+  if (o < pairs * 128) {
+    b = 2 * (o / 128) + (o % 4) / 2;
+    lane = int((o % 128) / 4);
+    s = int(o % 2);
+  } else {
+    b = 2 * pairs;
+    lane = int((o - pairs * 128) / 2);
+    s = int(o % 2);
+  }
+  const int j = lane / 4;
+  const int64_t f0 = b * 32 + s * 16 + 2 * (lane % 4);
+  const int64_t group = b * 32 / w.group_size;
+  const int64_t groups = k / w.group_size;
+  const uint32_t word = w.qweight[idx];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t r = tile * 16 + j + 8 * h;
+    if (r >= w.n) continue;
+    const int64_t at = (tile * groups + group) * 16 + 2 * j + h;
+    const float scale = __half2float(w.scales[at]);
+    const int zero = w.zeros[at];
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {  // features f0 + 8c, f0 + 8c + 1: register m = h + 2c
+      const int m = h + 2 * c;
+      const int64_t f = f0 + 8 * c;
+      const __nv_bfloat16 v0 = __float2bfloat16(float(int((word >> (4 * m)) & 15u) - zero) * scale);
+      const __nv_bfloat16 v1 =
+          __float2bfloat16(float(int((word >> (4 * (m + 4))) & 15u) - zero) * scale);
+      __nv_bfloat16* row = out + r * k;
+      if (w.perm == nullptr) {
+        *reinterpret_cast<__nv_bfloat162*>(row + f) = __halves2bfloat162(v0, v1);
+      } else {
+        row[w.perm[f]] = v0;
+        row[w.perm[f + 1]] = v1;
+      }
+    }
+  }
+}
+
+bool valid(const Int4Matrix& w) {
+  return w.n > 0 && w.k > 0 && w.k % 32 == 0 && w.group_size > 0 && w.group_size % 32 == 0 &&
+         w.k % w.group_size == 0;
+}
+
+}  // namespace
+
+void launch_int4_gemv(const __nv_bfloat16* x, const Int4Matrix& w, int32_t m, void* y, int32_t ldy,
+                      bool out_f32, cudaStream_t stream) {
+  if (m < 1 || m > kInt4GemvMaxTokens || !valid(w) || ldy < w.n) {
+    std::fprintf(stderr, "int4 gemv: unsupported m=%d n=%d k=%d group_size=%d ldy=%d\n", m, w.n,
+                 w.k, w.group_size, ldy);
+    std::abort();
+  }
+  if (out_f32) {
+    dispatch(x, w, m, static_cast<float*>(y), ldy, stream);
+  } else {
+    dispatch(x, w, m, static_cast<__nv_bfloat16*>(y), ldy, stream);
+  }
+  TANDEM_CUDA_CHECK_LAUNCH();
+}
+
+void launch_int4_dequant(const Int4Matrix& w, __nv_bfloat16* out, cudaStream_t stream) {
+  if (!valid(w)) {
+    std::fprintf(stderr, "int4 dequant: unsupported n=%d k=%d group_size=%d\n", w.n, w.k,
+                 w.group_size);
+    std::abort();
+  }
+  const int64_t words = int64_t((w.n + 15) / 16) * 2 * w.k;
+  const int threads = 256;
+  int4_dequant_kernel<<<unsigned((words + threads - 1) / threads), threads, 0, stream>>>(w, out);
+  TANDEM_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace tandem::kernels
