@@ -6,6 +6,7 @@
 //                        [--graphs 0] [--sampling greedy|qwen|llama] [--device-timing 1]
 //                        [--quantization fp8]
 // prints one JSON object (benchmarks/latency.h): TTFT, TPOT, tok/s and MBU.
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -107,8 +108,9 @@ int main(int argc, char** argv) {
   std::string preset = "qwen2.5-7b";
   int input_len = 128, output_len = 128, batch = 1;
   bool graphs = true;
-  bool device_timing = false;       // CUDA events around every forward (what --trace turns on)
-  std::string quantization;         // "fp8": the random bf16 weights quantized at load
+  bool device_timing = false;   // CUDA events around every forward (what --trace turns on)
+  bool profile_decode = false;  // cudaProfilerStart before decoding (ncu --profile-from-start off)
+  std::string quantization;     // "fp8": the random bf16 weights quantized at load
   std::string sampling = "greedy";  // greedy | qwen | llama: the models' generation_config
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
@@ -124,6 +126,8 @@ int main(int argc, char** argv) {
       graphs = v == "1";
     else if (k == "--sampling")
       sampling = v;
+    else if (k == "--profile-decode")
+      profile_decode = v == "1";
     else if (k == "--device-timing")
       device_timing = v == "1";
     else if (k == "--quantization")
@@ -181,6 +185,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "--sampling must be greedy, qwen or llama\n");
     return 2;
   }
+  if (profile_decode) lo.before_decode = [] { TANDEM_CUDA_CHECK(cudaProfilerStart()); };
   auto res = bench::run_latency(r, lo, weight_bytes);
   if (!res.ok()) {
     std::fprintf(stderr, "%s\n", res.error().to_string().c_str());

@@ -76,6 +76,7 @@ Result<LatencyResult> run_latency(ModelRunner& r, const LatencyOptions& o,
     reqs[s].rng = &rngs[s];
   }
   std::vector<double> steps;
+  if (o.before_decode) o.before_decode();
   const int32_t warmup = std::min(3, (o.output_len - 1) / 2);
   std::vector<SeqSlice> sl(nb);
   for (int32_t step = 0; step < o.output_len - 1; ++step) {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "core/error.h"
@@ -24,6 +25,8 @@ struct LatencyOptions {
     s.temperature = 0.0f;
     return s;
   }();
+  // Called once after the prefills, before the first decode step (a profiler's start).
+  std::function<void()> before_decode;
 };
 
 struct LatencyResult {
