@@ -69,7 +69,8 @@ class Fp8GemmContext {
   // Searches every row bucket up to max_m, picks the shape's mode and sizes the scratch; run()
   // allocates nothing and aborts on a shape or m it was not prepared for.
   void prepare(int32_t max_m, int32_t n, int32_t k, bool block, bool out_f32);
-  // Channel scales want x_scale per token (group = k); block fp8 x_scale [m, ceil(k / 128)].
+  // Channel scales want x_scale per token (group = k); block fp8 x_scale [m, ceil(k / 128)], and
+  // xq must have ceil(m / 16) * 16 rows (the last partial 16 runs padded; extra rows are ignored).
   void run(const uint8_t* xq, const float* x_scale, const Fp8Matrix& w, int32_t m, void* y,
            int32_t ldy, bool out_f32, cudaStream_t stream);
   size_t workspace_bytes() const { return workspace_bytes_; }

@@ -57,6 +57,10 @@ constexpr size_t kUnitScratchBytes = 64u << 20;
 int32_t ceil_div(int32_t a, int32_t b) {
   return (a + b - 1) / b;
 }
+// Block-scaled GEMMs run on row counts that are multiples of this (cuBLASLt 13 on Hopper has
+// no algorithm for m = 37; measured on the H200).
+constexpr int32_t kBlockRows = 16;
+
 int32_t block_ld(int32_t k) {
   return (ceil_div(k, kFp8Block) + 3) / 4 * 4;
 }
@@ -80,19 +84,20 @@ __global__ void fp8_gemm_epilogue_kernel(const float* __restrict__ acc, int32_t 
   }
 }
 
-// Block mode's scale tensors as cuBLASLt reads them (file comment): xs_t[g, t] = x_scale[t, g];
-// and, when ceil(k/128) % 4 != 0, ws_pad[b, g] = w_scale[b, g] with rows of `ld` (zeros after).
-__global__ void fp8_block_scales_kernel(const float* __restrict__ x_scale, int32_t m,
+// Block mode's scale tensors as cuBLASLt reads them (file comment): xs_t[g, t] = x_scale[t, g]
+// for t < m, 0 for the padding tokens m <= t < m_pad; and, when ceil(k/128) % 4 != 0,
+// ws_pad[b, g] = w_scale[b, g] with rows of `ld` (zeros after).
+__global__ void fp8_block_scales_kernel(const float* __restrict__ x_scale, int32_t m, int32_t m_pad,
                                         int32_t groups, float* __restrict__ xs_t,
                                         const float* __restrict__ w_scale, int32_t block_rows,
                                         int32_t ld, float* __restrict__ ws_pad) {
-  const int64_t nx = int64_t(m) * groups;
+  const int64_t nx = int64_t(m_pad) * groups;
   const int64_t nw = ws_pad ? int64_t(block_rows) * ld : 0;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < nx + nw;
        i += int64_t(gridDim.x) * blockDim.x) {
     if (i < nx) {
-      const int64_t g = i / m, t = i % m;
-      xs_t[i] = x_scale[t * groups + g];
+      const int64_t g = i / m_pad, t = i % m_pad;
+      xs_t[i] = t < m ? x_scale[t * groups + g] : 0.0f;
     } else {
       const int64_t j = i - nx, b = j / ld, g = j % ld;
       ws_pad[j] = g < groups ? w_scale[b * groups + g] : 0.0f;
@@ -135,6 +140,12 @@ struct Fp8GemmContext::Impl {
   size_t xs_t_floats = 0;
   float* ws_pad = nullptr;  // [ceil(n/128), block_ld(k)] block mode, when ceil(k/128) % 4 != 0
   size_t ws_pad_floats = 0;
+  // Block mode's last m % 16 tokens run as 16 (cuBLASLt has no block-scaled kernel for other
+  // row counts): their scales [ceil(k/128), 16] and output [16, n] (fp32 or bf16).
+  float* tail_xs = nullptr;
+  size_t tail_xs_floats = 0;
+  float* tail_out = nullptr;
+  size_t tail_out_floats = 0;
 
   static void grow(float*& p, size_t& have, size_t want) {
     if (want <= have) return;
@@ -275,6 +286,8 @@ Fp8GemmContext::~Fp8GemmContext() {
   cudaFree(impl_->unit_acc);
   cudaFree(impl_->xs_t);
   cudaFree(impl_->ws_pad);
+  cudaFree(impl_->tail_xs);
+  cudaFree(impl_->tail_out);
   cudaFree(impl_->workspace);
   cublasLtDestroy(impl_->handle);
   delete impl_;
@@ -315,6 +328,8 @@ void Fp8GemmContext::prepare(int32_t max_m, int32_t n, int32_t k, bool block, bo
     Impl::grow(s.unit_acc, s.unit_acc_floats, size_t(Impl::unit_rows(max_m, n)) * n);
   } else if (mode == Mode::kBlock) {
     Impl::grow(s.xs_t, s.xs_t_floats, size_t(ceil_div(k, kFp8Block)) * max_m);
+    Impl::grow(s.tail_xs, s.tail_xs_floats, size_t(ceil_div(k, kFp8Block)) * kBlockRows);
+    Impl::grow(s.tail_out, s.tail_out_floats, size_t(kBlockRows) * n);
     if (ceil_div(k, kFp8Block) % 4 != 0) {
       Impl::grow(s.ws_pad, s.ws_pad_floats, size_t(ceil_div(n, kFp8Block)) * block_ld(k));
     }
@@ -349,16 +364,40 @@ void Fp8GemmContext::run(const uint8_t* xq, const float* x_scale, const Fp8Matri
       return;
     }
     case Mode::kBlock: {
+      // Whole 16-row blocks straight into y; the rest as one padded 16-row GEMM into tail_out
+      // (reading xq rows up to the next multiple of 16: the caller's buffer has them; their
+      // scales are 0), of which the real rows are copied out.
       const int32_t groups = ceil_div(w.k, kFp8Block);
       float* ws_pad = groups % 4 != 0 ? s.ws_pad : nullptr;
-      const int64_t items =
-          int64_t(m) * groups + (ws_pad ? int64_t(ceil_div(w.n, kFp8Block)) * block_ld(w.k) : 0);
-      fp8_block_scales_kernel<<<grid_for(items, 256), 256, 0, stream>>>(
-          x_scale, m, groups, s.xs_t, w.scale, ceil_div(w.n, kFp8Block), block_ld(w.k), ws_pad);
-      TANDEM_CUDA_CHECK_LAUNCH();
-      Impl::Plan& p = s.plan(m, w.n, w.k, Mode::kBlock, out_f32, ldy);
-      Impl::set_scales(p.l.op, ws_pad ? ws_pad : w.scale, s.xs_t);
-      s.matmul(p, w.weight, xq, y, stream);
+      const float* ws = ws_pad ? ws_pad : w.scale;
+      const int32_t main_m = m / kBlockRows * kBlockRows, tail = m - main_m;
+      const int32_t ws_rows = ceil_div(w.n, kFp8Block);
+      auto scales = [&](const float* xs, int32_t rows, int32_t rows_pad, float* xs_t,
+                        bool weights) {
+        float* wp = weights ? ws_pad : nullptr;
+        const int64_t items =
+            int64_t(rows_pad) * groups + (wp ? int64_t(ws_rows) * block_ld(w.k) : 0);
+        fp8_block_scales_kernel<<<grid_for(items, 256), 256, 0, stream>>>(
+            xs, rows, rows_pad, groups, xs_t, w.scale, ws_rows, block_ld(w.k), wp);
+        TANDEM_CUDA_CHECK_LAUNCH();
+      };
+      if (main_m > 0) {
+        scales(x_scale, main_m, main_m, s.xs_t, true);
+        Impl::Plan& p = s.plan(main_m, w.n, w.k, Mode::kBlock, out_f32, ldy);
+        Impl::set_scales(p.l.op, ws, s.xs_t);
+        s.matmul(p, w.weight, xq, y, stream);
+      }
+      if (tail > 0) {
+        scales(x_scale + int64_t(main_m) * groups, tail, kBlockRows, s.tail_xs, main_m == 0);
+        Impl::Plan& p = s.plan(kBlockRows, w.n, w.k, Mode::kBlock, out_f32, w.n);
+        Impl::set_scales(p.l.op, ws, s.tail_xs);
+        s.matmul(p, w.weight, xq + int64_t(main_m) * w.k, s.tail_out, stream);
+        const size_t esize = out_f32 ? 4 : 2;
+        TANDEM_CUDA_CHECK(
+            cudaMemcpy2DAsync(static_cast<std::byte*>(y) + int64_t(main_m) * ldy * esize,
+                              size_t(ldy) * esize, s.tail_out, size_t(w.n) * esize,
+                              size_t(w.n) * esize, size_t(tail), cudaMemcpyDeviceToDevice, stream));
+      }
       return;
     }
     case Mode::kUnitScales: {

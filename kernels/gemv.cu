@@ -30,7 +30,6 @@ __global__ void __launch_bounds__(kWarps * 32)
   pdl_launch_dependents();
   if (row >= n) return;
   const uint4* w4 = reinterpret_cast<const uint4*>(w + int64_t(row) * k);
-  prefetch_l2(w4, int64_t(k) * 2, lane, 32);
   pdl_wait();  // x is the previous kernel's output
   const uint4* x4 = reinterpret_cast<const uint4*>(x);
   const int k8 = k / 8;
@@ -79,8 +78,6 @@ __global__ void __launch_bounds__(kWarps * 32)
   if (row >= width) return;
   const uint4* g4 = reinterpret_cast<const uint4*>(w + int64_t(row) * k);
   const uint4* u4 = reinterpret_cast<const uint4*>(w + (int64_t(row) + width) * k);
-  prefetch_l2(g4, int64_t(k) * 2, lane, 32);
-  prefetch_l2(u4, int64_t(k) * 2, lane, 32);
   pdl_wait();
   const uint4* x4 = reinterpret_cast<const uint4*>(x);
   const int k8 = k / 8;

@@ -1,9 +1,9 @@
 // Programmatic dependent launch (compute capability 9.0+). A decode step is a chain of short
-// kernels, and each GEMV spends its first microseconds launching and waiting for its first
-// weight bytes while the kernel before it drains. Launched with the PDL attribute, a GEMV's
-// blocks start as soon as every block of the previous kernel has called pdl_launch_dependents,
-// prefetch their weight rows into L2 (weights never depend on the previous kernel), and only
-// then wait in pdl_wait for the previous grid to finish and its writes to be visible.
+// kernels, each paying a launch and ramp-up while the kernel before it drains. Launched with the
+// PDL attribute, a kernel's blocks are scheduled as soon as every block of the previous kernel
+// has called pdl_launch_dependents, and wait in pdl_wait for the previous grid to finish and its
+// writes to be visible. (Prefetching the GEMVs' weight rows into L2 before the wait was
+// measured on the H200 and made decode slower: the early blocks' prefetches evicted each other.)
 //
 // Safety: pdl_launch_dependents only lets the next grid be scheduled; the next grid's pdl_wait
 // still waits for this whole grid and its memory. A kernel launched without the attribute is
@@ -63,14 +63,6 @@ void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, c
   cfg.attrs = &attr;
   cfg.numAttrs = pdl_enabled() ? 1 : 0;
   TANDEM_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
-}
-
-// Prefetches `bytes` starting at `p` into L2, one 128-byte line per lane step (no registers
-// held, no waiting: the loads that follow pdl_wait find the lines in flight or in L2).
-__device__ __forceinline__ void prefetch_l2(const void* p, int64_t bytes, int lane, int lanes) {
-  const char* c = static_cast<const char*>(p);
-  for (int64_t off = int64_t(lane) * 128; off < bytes; off += int64_t(lanes) * 128)
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(c + off));
 }
 
 }  // namespace tandem::kernels

@@ -395,7 +395,7 @@ TEST_CASE("Fp8GemmContext: channel and block scales, m in {5, 17, 64, 300}, agai
     bool unit_scales;  // force the fallback (channel only)
   };
   for (Shape sh : {Shape{300, 1024, false, false}, Shape{300, 1024, false, true},
-                   Shape{512, 3584, false, false}, Shape{300, 1024, true, false},
+                   Shape{512, 3584, false, false}, Shape{384, 1024, true, false},
                    Shape{640, 1152, true, false}}) {
     const auto [n, k, block, unit] = sh;
     CAPTURE(n);
@@ -419,7 +419,7 @@ TEST_CASE("Fp8GemmContext: channel and block scales, m in {5, 17, 64, 300}, agai
         const int groups = ceil_div(k, group);
         // The device quantizer feeds the GEMM, as in the runner; the reference uses its output.
         Dev<__nv_bfloat16> x(activations(m, k, 17u * m + k, 2));
-        Dev<uint8_t> xq(size_t(m) * k);
+        Dev<uint8_t> xq(size_t(ceil_div(m, 16) * 16) * k);  // block fp8 reads whole 16 rows
         Dev<float> xs(size_t(m) * groups);
         kernels::launch_fp8_quantize(x.p, m, k, group, nullptr, 0.0f, xq.p, xs.p, nullptr);
         const auto xs_h = xs.get<float>();
@@ -446,4 +446,5 @@ TEST_CASE("Fp8GemmContext: channel and block scales, m in {5, 17, 64, 300}, agai
   }
   ctx.prefer_unit_scales(false);
   CHECK(!ctx.supports(300, 1040, true));  // block fp8 wants whole 128-feature blocks here
+  CHECK(!ctx.supports(300, 1024, true));  // and whole 128-row weight blocks (H200, cuBLASLt 13)
 }

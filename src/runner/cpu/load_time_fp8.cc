@@ -26,8 +26,12 @@ std::byte* add_view(Fp8WeightCopy& copy, const std::string& name, DType dtype,
 
 void quantize_linear(const QuantConfig& quant, ThreadPool& pool, const TensorView*& weight,
                      LinearQuant& lq, Fp8WeightCopy& copy) {
-  const int64_t out = lq.out_features;
-  const int64_t in = lq.in_features;
+  // The float weight's own shape (weights built in memory, as benchmarks do, carry no
+  // LinearQuant sizes).
+  const int64_t out = weight->shape[0];
+  const int64_t in = weight->shape[1];
+  lq.out_features = out;
+  lq.in_features = in;
   const std::string module = weight->name.substr(0, weight->name.rfind('.'));
   auto* q_bytes = reinterpret_cast<uint8_t*>(
       add_view(copy, module + ".weight", DType::kF8E4M3, {out, in}, size_t(out * in)));

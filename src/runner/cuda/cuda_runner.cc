@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "core/check.h"
@@ -141,6 +142,9 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig& config
   }
   r->gemm_->prepare(int32_t(L), int32_t(config.vocab_size), int32_t(H), true);
   r->device_timing_ = opts.device_timing;
+  // Benchmarks compare the fused gate|up GEMV + SiLU with the two kernels (same bits).
+  const char* fused = std::getenv("TANDEM_FUSED_SWIGLU");
+  r->fused_swiglu_ = fused == nullptr || std::strcmp(fused, "0") != 0;
   if (r->device_timing_) r->anchor_ = make_clock_anchor(r->stream_);
   const int64_t free_activations = free_now();
   r->plan_.activation_bytes = free_weights - free_activations;
@@ -242,7 +246,8 @@ Status CudaRunner::make_linear_scratch() {
     }
   }
   linear_scratch_.fp8_gemm = fp8_gemm_.get();
-  linear_scratch_.xq = DeviceBuffer(size_t(max_tokens_ * max_k));
+  // Block fp8 GEMMs read whole 16-row blocks of xq (kernels/fp8_linear.cuh).
+  linear_scratch_.xq = DeviceBuffer(size_t((max_tokens_ + 15) / 16 * 16 * max_k));
   linear_scratch_.x_scale = DeviceBuffer(
       size_t(max_tokens_ * ((max_k + kernels::kFp8Block - 1) / kernels::kFp8Block)) * 4);
   return Status::Ok();
@@ -423,7 +428,7 @@ void CudaRunner::run_model(int32_t T, int32_t L) {
     linear(attn_.as<__nv_bfloat16>(), w.o, T, delta);
     kernels::launch_add_rmsnorm(residual, delta, w.post_attn_norm.as<float>(), T, H, eps, normed,
                                 stream_);
-    if (T <= kernels::kGemvMaxTokens && w.gate_up.bf16() != nullptr) {
+    if (fused_swiglu_ && T <= kernels::kGemvMaxTokens && w.gate_up.bf16() != nullptr) {
       kernels::launch_gemv_swiglu(normed, w.gate_up.bf16(), T, I, H, act_.as<__nv_bfloat16>(),
                                   stream_);
     } else {

@@ -78,6 +78,7 @@ class CudaRunner final : public ModelRunner {
   int32_t max_logits_ = 0;
   int32_t max_page_refs_ = 0;
   bool use_graphs_ = true;
+  bool fused_swiglu_ = true;  // decode's gate|up GEMV with SiLU·mul in its epilogue
   MemoryPlan plan_;                            // set once by make_cuda_runner
   std::atomic<int64_t> graph_bytes_{0};        // measured at each graph instantiation
   std::atomic<int64_t> free_after_graphs_{0};  // driver free bytes after the last one
