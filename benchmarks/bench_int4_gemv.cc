@@ -7,17 +7,12 @@
 // runner replays decode steps) and, apart, issued one by one on a stream. One JSON line per case:
 // microseconds per launch and GB/s of the bytes the kernel must read (qweight + scales + zeros
 // for int4; the bf16 weights for "bf16"; read + write for "copy").
-//
-// Every GEMV variant (launch_int4_gemv_variant) is timed too, graph only: one "int4_variant" line
-// per variant, shape, m and act-order, then one "int4_best" line per shape, m and act-order
-// naming the fastest variant beside the one launch_int4_gemv picks.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <functional>
-#include <map>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
@@ -59,8 +54,7 @@ struct Timing {
 };
 
 // `launch(i)` runs copy i % copies; `iters` of them in a graph, then on the stream.
-Timing time_launches(int iters, const std::function<void(int, cudaStream_t)>& launch,
-                     bool stream_timing = true) {
+Timing time_launches(int iters, const std::function<void(int, cudaStream_t)>& launch) {
   cudaStream_t stream;
   TANDEM_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   cudaEvent_t start, stop;
@@ -82,14 +76,12 @@ Timing time_launches(int iters, const std::function<void(int, cudaStream_t)>& la
   float ms = 0;
   TANDEM_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
   t.graph_us = 1000.0 * ms / iters;
-  if (stream_timing) {
-    TANDEM_CUDA_CHECK(cudaEventRecord(start, stream));
-    for (int i = 0; i < iters; ++i) launch(i, stream);
-    TANDEM_CUDA_CHECK(cudaEventRecord(stop, stream));
-    TANDEM_CUDA_CHECK(cudaEventSynchronize(stop));
-    TANDEM_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    t.stream_us = 1000.0 * ms / iters;
-  }
+  TANDEM_CUDA_CHECK(cudaEventRecord(start, stream));
+  for (int i = 0; i < iters; ++i) launch(i, stream);
+  TANDEM_CUDA_CHECK(cudaEventRecord(stop, stream));
+  TANDEM_CUDA_CHECK(cudaEventSynchronize(stop));
+  TANDEM_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+  t.stream_us = 1000.0 * ms / iters;
   TANDEM_CUDA_CHECK(cudaGraphExecDestroy(exec));
   TANDEM_CUDA_CHECK(cudaGraphDestroy(graph));
   TANDEM_CUDA_CHECK(cudaEventDestroy(start));
@@ -101,11 +93,9 @@ Timing time_launches(int iters, const std::function<void(int, cudaStream_t)>& la
 void print(nlohmann::json j, double bytes, const Timing& t) {
   j["bytes"] = bytes;
   j["graph_us"] = t.graph_us;
+  j["stream_us"] = t.stream_us;
   j["graph_gbps"] = bytes / t.graph_us / 1e3;
-  if (t.stream_us > 0) {
-    j["stream_us"] = t.stream_us;
-    j["stream_gbps"] = bytes / t.stream_us / 1e3;
-  }
+  j["stream_gbps"] = bytes / t.stream_us / 1e3;
   std::printf("%s\n", j.dump().c_str());
   std::fflush(stdout);
 }
@@ -190,9 +180,7 @@ int main(int argc, char** argv) {
           w.perm = act_order ? perm : nullptr;
           kernels::launch_int4_gemv(xb, w, m, y, s.n, false, stream);
         });
-        const int picked = kernels::int4_gemv_default_variant(s.n, s.k, m, act_order);
         print({{"kernel", "int4_gemv"},
-               {"variant", kernels::int4_gemv_variant_name(picked)},
                {"shape", s.name},
                {"n", s.n},
                {"k", s.k},
@@ -201,47 +189,6 @@ int main(int argc, char** argv) {
                {"act_order", act_order},
                {"copies", copies}},
               bytes, t);
-      }
-    }
-    // The variant sweep, graph timing only; the fastest per case last.
-    for (bool act_order : {false, true}) {
-      for (int m : {1, 2, 4}) {
-        int best = -1;
-        double best_us = 0;
-        std::map<int, double> us;
-        for (int v = 0; v < kernels::int4_gemv_variant_count(); ++v) {
-          const Timing t = time_launches(
-              iters,
-              [&](int i, cudaStream_t stream) {
-                kernels::Int4Matrix w = mats[size_t(i % copies)];
-                w.perm = act_order ? perm : nullptr;
-                kernels::launch_int4_gemv_variant(v, xb, w, m, y, s.n, false, stream);
-              },
-              false);
-          print({{"kernel", "int4_variant"},
-                 {"variant", kernels::int4_gemv_variant_name(v)},
-                 {"shape", s.name},
-                 {"m", m},
-                 {"act_order", act_order}},
-                bytes, t);
-          us[v] = t.graph_us;
-          if (best < 0 || t.graph_us < best_us) {
-            best = v;
-            best_us = t.graph_us;
-          }
-        }
-        const int picked = kernels::int4_gemv_default_variant(s.n, s.k, m, act_order);
-        nlohmann::json j = {{"kernel", "int4_best"},
-                            {"shape", s.name},
-                            {"m", m},
-                            {"act_order", act_order},
-                            {"best", kernels::int4_gemv_variant_name(best)},
-                            {"best_us", best_us},
-                            {"best_gbps", bytes / best_us / 1e3},
-                            {"default", kernels::int4_gemv_variant_name(picked)},
-                            {"default_us", us[picked]}};
-        std::printf("%s\n", j.dump().c_str());
-        std::fflush(stdout);
       }
     }
     for (void* p : owned) TANDEM_CUDA_CHECK(cudaFree(p));

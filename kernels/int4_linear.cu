@@ -2,16 +2,18 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 
 #include "cuda_check.cuh"
-#include "pdl.cuh"
 
 namespace tandem::kernels {
 namespace {
 
-// x staged in chunks within the default 48 KB, so several blocks share an SM.
+constexpr int kWarps = 8;
+constexpr int kThreads = kWarps * 32;
+constexpr int kUnroll = 4;  // 16-byte qweight loads per lane per batch; two batches in flight
+// Within the default 48 KB, so several blocks share an SM; larger m * k is staged in chunks.
 constexpr int kSmemBytes = 48 * 1024;
+constexpr int kReduceBytes = kWarps * 16 * kInt4GemvMaxTokens * 4;
 
 // bf16x2 a + b in one instruction (fma with 1.0).
 __device__ __forceinline__ uint32_t bf16x2_add(uint32_t a, uint32_t b) {
@@ -43,64 +45,67 @@ __device__ __forceinline__ uint32_t neg_zero_bits(uint32_t z) {
   return (0xC300u | z) * 0x10001u;
 }
 
-// Scale and zero words of one group for lane row pair (j, j + 8): half2, byte pair.
-struct GroupWords {
-  uint32_t scales = 0;
-  uint32_t zeros = 0;
-};
-
-// Everything one pair of 32-feature blocks needs, loaded together so that one memory latency
-// covers all of it: the lane's 16 weight bytes, both blocks' group words, and (x read from L2)
-// token j's features 8q .. 8q + 7 of both blocks.
-struct PairSlot {
-  uint4 q = {};
-  GroupWords g0, g1;
-  uint4 x0 = {}, x1 = {};
-};
-
-// Group of block b: (b + 0.5) / blocks_per_group, rounded down, exact for b < 4e6.
-__device__ __forceinline__ int group_of(int b, float inv_blocks_per_group) {
-  return __float2int_rz(__fmul_rn(float(b) + 0.5f, inv_blocks_per_group));
-}
-
-__device__ __forceinline__ float half_lo(uint32_t h2) {
-  return __half2float(__ushort_as_half(static_cast<unsigned short>(h2 & 0xffffu)));
-}
-__device__ __forceinline__ float half_hi(uint32_t h2) {
-  return __half2float(__ushort_as_half(static_cast<unsigned short>(h2 >> 16)));
-}
-
-// acc += scale · part, rows j (0, 1) and j + 8 (2, 3); part restarts.
-__device__ __forceinline__ void flush(float (&acc)[4], float (&part)[4], uint32_t scales) {
-  const float lo = half_lo(scales), hi = half_hi(scales);
-  acc[0] = fmaf(lo, part[0], acc[0]);
-  acc[1] = fmaf(lo, part[1], acc[1]);
-  acc[2] = fmaf(hi, part[2], acc[2]);
-  acc[3] = fmaf(hi, part[3], acc[3]);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) part[i] = 0.0f;
-}
-
-// One 32-feature block: two k-steps of 16 into part.
-__device__ __forceinline__ void block_mma(float (&part)[4], uint32_t w0, uint32_t w1, uint32_t z,
-                                          uint4 xv) {
-  const uint32_t zero_lo = neg_zero_bits(z & 0xffu), zero_hi = neg_zero_bits(z >> 8);
-  uint32_t a[4];
-  unpack(w0, zero_lo, zero_hi, a);
-  mma_bf16(part, a, xv.x, xv.y);
-  unpack(w1, zero_lo, zero_hi, a);
-  mma_bf16(part, a, xv.z, xv.w);
-}
-
-// Both blocks of a pair; one scaling when they share a group.
-__device__ __forceinline__ void pair_mma(float (&acc)[4], const PairSlot& sl, uint4 x0, uint4 x1,
-                                         bool pair_in_group) {
+// The group a warp is in while it walks its k-slice: scale and zero of rows j and j + 8, the
+// next group's prefetched, and the fp32 sum of (q − zero) · x since the group began.
+struct GroupWalk {
+  const uint32_t* scales;  // this tile's [groups, 8] half2: rows j, j + 8
+  const uint16_t* zeros;   // this tile's [groups, 8] byte pairs
+  int groups = 0;
+  int blocks_per_group = 0;
+  int group = 0;
+  int left = 0;  // blocks of this group still to come
+  float scale_lo = 0, scale_hi = 0;
+  uint32_t zero_lo = 0, zero_hi = 0;
+  uint32_t next_scales = 0;
+  uint16_t next_zeros = 0;
   float part[4] = {0, 0, 0, 0};
-  block_mma(part, sl.q.x, sl.q.y, sl.g0.zeros, x0);
-  if (!pair_in_group) flush(acc, part, sl.g0.scales);
-  block_mma(part, sl.q.z, sl.q.w, sl.g1.zeros, x1);
-  flush(acc, part, sl.g1.scales);
-}
+
+  __device__ void set(uint32_t s2, uint16_t z2) {
+    scale_lo = __half2float(__ushort_as_half(static_cast<unsigned short>(s2 & 0xffffu)));
+    scale_hi = __half2float(__ushort_as_half(static_cast<unsigned short>(s2 >> 16)));
+    zero_lo = neg_zero_bits(z2 & 0xffu);
+    zero_hi = neg_zero_bits(z2 >> 8);
+  }
+  __device__ void prefetch(int j) {
+    if (group + 1 < groups) {
+      next_scales = __ldg(scales + (group + 1) * 8 + j);
+      next_zeros = __ldg(zeros + (group + 1) * 8 + j);
+    }
+  }
+  __device__ void start(int block, int j) {
+    group = block / blocks_per_group;
+    left = blocks_per_group - block % blocks_per_group;
+    set(__ldg(scales + group * 8 + j), __ldg(zeros + group * 8 + j));
+    prefetch(j);
+  }
+  __device__ void flush(float (&acc)[4]) {
+    acc[0] = fmaf(scale_lo, part[0], acc[0]);
+    acc[1] = fmaf(scale_lo, part[1], acc[1]);
+    acc[2] = fmaf(scale_hi, part[2], acc[2]);
+    acc[3] = fmaf(scale_hi, part[3], acc[3]);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) part[i] = 0.0f;
+  }
+  // Before each block: moves to the next group when this one is done.
+  __device__ void step(float (&acc)[4], int j) {
+    if (left == 0) {
+      flush(acc);
+      ++group;
+      set(next_scales, next_zeros);
+      prefetch(j);
+      left = blocks_per_group;
+    }
+    --left;
+  }
+  // One 32-feature block: two k-steps of 16.
+  __device__ void block(uint32_t w0, uint32_t w1, uint4 xv) {
+    uint32_t a[4];
+    unpack(w0, zero_lo, zero_hi, a);
+    mma_bf16(part, a, xv.x, xv.y);
+    unpack(w1, zero_lo, zero_hi, a);
+    mma_bf16(part, a, xv.z, xv.w);
+  }
+};
 
 // Words of x per token in shared memory: the chunk's bf16 plus 64 bytes when that makes the
 // stride a multiple of 128 bytes, so two tokens' fragment loads fall in different banks.
@@ -109,253 +114,146 @@ __host__ __device__ inline int x_stride_words(int chunk) {
   return (bytes % 128 == 0 ? bytes + 64 : bytes) / 4;
 }
 
-// x[:, c0 .. c0 + kc) in its natural order (gathered through perm) at xs + token * stride.
-template <int M, int kThreads>
+// Stages x[:, c0 .. c0 + kc) in B-fragment order: block b of token t is 32 words at
+// t * stride + b * 16, lane quad position q's four words at q * 4 + s * 2 + (features 8..15 of
+// k-step s), each holding features (2q, 2q + 1) of that half k-step.
+template <int M>
 __device__ void stage_x(const __nv_bfloat16* __restrict__ x, const int32_t* __restrict__ perm,
                         int k, int c0, int kc, int stride, uint32_t* xs) {
   const int units = kc / 8;  // 8 features each
   for (int u = threadIdx.x; u < M * units; u += kThreads) {
     const int tok = u / units, j = u % units;
     const int f = c0 + 8 * j;
-    uint4 v;
+    uint32_t v[4];
     if (perm == nullptr) {
-      v = __ldg(reinterpret_cast<const uint4*>(x + int64_t(tok) * k + f));
+      const uint4 raw = __ldg(reinterpret_cast<const uint4*>(x + int64_t(tok) * k + f));
+      v[0] = raw.x;
+      v[1] = raw.y;
+      v[2] = raw.z;
+      v[3] = raw.w;
     } else {
       const unsigned short* xt = reinterpret_cast<const unsigned short*>(x) + int64_t(tok) * k;
-      const int4 p0 = __ldg(reinterpret_cast<const int4*>(perm + f));
-      const int4 p1 = __ldg(reinterpret_cast<const int4*>(perm + f + 4));
-      v.x = uint32_t(__ldg(xt + p0.x)) | (uint32_t(__ldg(xt + p0.y)) << 16);
-      v.y = uint32_t(__ldg(xt + p0.z)) | (uint32_t(__ldg(xt + p0.w)) << 16);
-      v.z = uint32_t(__ldg(xt + p1.x)) | (uint32_t(__ldg(xt + p1.y)) << 16);
-      v.w = uint32_t(__ldg(xt + p1.z)) | (uint32_t(__ldg(xt + p1.w)) << 16);
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const uint32_t lo = __ldg(xt + __ldg(perm + f + 2 * q));
+        const uint32_t hi = __ldg(xt + __ldg(perm + f + 2 * q + 1));
+        v[q] = lo | (hi << 16);
+      }
     }
-    reinterpret_cast<uint4*>(xs + tok * stride)[j] = v;
+    const int b = j / 4, s = (j % 4) / 2, half = j % 2;
+    uint32_t* dst = xs + tok * stride + b * 16 + s * 2 + half;
+#pragma unroll
+    for (int q = 0; q < 4; ++q) dst[q * 4] = v[q];
   }
 }
 
-// Block: kWarps / kSplits row tiles of 16, each by kSplits warps splitting k into contiguous
-// slices of pairs; each warp keeps kDepth pairs in flight. kStage: x through shared memory (in
-// chunks of `chunk` features when m * k is large), else each lane reads its x from L2 (no perm).
-template <int M, int kWarps, int kSplits, int kDepth, bool kStage>
-__global__ void __launch_bounds__(kWarps * 32)
-    int4_gemv_kernel(const __nv_bfloat16* __restrict__ x, Int4Matrix w, int chunk,
-                     float inv_blocks_per_group, void* __restrict__ y, int ldy, bool out_f32) {
-  constexpr int kTiles = kWarps / kSplits;
-  constexpr int kThreads = kWarps * 32;
-  static_assert(kTiles * kSplits == kWarps, "splits divide the warps");
+// Block: `tiles_per_block` row tiles of 16, each by kWarps / tiles_per_block warps splitting k.
+template <int M, typename Out>
+__global__ void __launch_bounds__(kThreads)
+    int4_gemv_kernel(const __nv_bfloat16* __restrict__ x, Int4Matrix w, int tiles_per_block,
+                     int chunk, Out* __restrict__ y, int ldy) {
   extern __shared__ uint4 smem[];
-  const int stride = kStage ? x_stride_words(chunk) : 0;
+  const int stride = x_stride_words(chunk);
   uint32_t* xs = reinterpret_cast<uint32_t*>(smem);        // [M, stride]
-  float* red = reinterpret_cast<float*>(xs + M * stride);  // [kWarps, 16, M] when kSplits > 1
+  float* red = reinterpret_cast<float*>(xs + M * stride);  // [kWarps, 16, M]
 
-  pdl_launch_dependents();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int j = lane >> 2, quad = lane & 3;
-  const int tile = blockIdx.x * kTiles + warp / kSplits;
-  const int split = warp % kSplits;
+  const int splits = kWarps / tiles_per_block;
+  const int tile = blockIdx.x * tiles_per_block + warp / splits;
+  const int split = warp % splits;
   const bool active = tile < (w.n + 15) / 16;
   const int k = w.k;
   const int pairs = k / 64;
   const bool odd_block = (k / 32) % 2 == 1;
   const int groups = k / w.group_size;
-  const bool pair_in_group = w.group_size % 64 == 0;
 
-  const uint4* qtile = reinterpret_cast<const uint4*>(w.qweight + int64_t(tile) * 2 * k) + lane;
-  const uint32_t* stile =
-      reinterpret_cast<const uint32_t*>(w.scales) + int64_t(tile) * groups * 8 + j;
-  const uint16_t* ztile =
-      reinterpret_cast<const uint16_t*>(w.zeros) + int64_t(tile) * groups * 8 + j;
-  auto group_words = [&](int b) {
-    const int g = group_of(b, inv_blocks_per_group);
-    GroupWords gw;
-    gw.scales = __ldg(stile + g * 8);
-    gw.zeros = __ldg(ztile + g * 8);
-    return gw;
-  };
-  auto load_weights = [&](PairSlot& sl, int p) {
-    sl.q = __ldcs(qtile + p * 32);
-    sl.g0 = group_words(2 * p);
-    sl.g1 = pair_in_group ? sl.g0 : group_words(2 * p + 1);
-  };
-  // Lanes j >= M hold no token: their x stays zero.
-  const uint4* xrow = reinterpret_cast<const uint4*>(x + int64_t(j) * k) + quad;
-  auto load_x = [&](PairSlot& sl, int p) {
-    if (j < M) {
-      sl.x0 = __ldg(xrow + p * 8);
-      sl.x1 = __ldg(xrow + p * 8 + 4);
-    }
-  };
-  const uint4* xfrag = reinterpret_cast<const uint4*>(xs + j * stride) + quad;
-  auto staged_x = [&](int b) {  // block b of the chunk
-    return j < M ? xfrag[b * 4] : make_uint4(0, 0, 0, 0);
-  };
-
+  const uint4* qtile = reinterpret_cast<const uint4*>(w.qweight + int64_t(tile) * 2 * k);
+  GroupWalk walk;
+  walk.scales = reinterpret_cast<const uint32_t*>(w.scales) + int64_t(tile) * groups * 8;
+  walk.zeros = reinterpret_cast<const uint16_t*>(w.zeros) + int64_t(tile) * groups * 8;
+  walk.groups = groups;
+  walk.blocks_per_group = w.group_size / 32;
   float acc[4] = {0, 0, 0, 0};
+
   for (int c0 = 0; c0 < k; c0 += chunk) {
     const int kc = min(chunk, k - c0);
     // This warp's pairs of the chunk, and the odd last block for the last warp of a tile.
     const int chunk_pairs = kc / 64;
-    const int p0 = c0 / 64 + chunk_pairs * split / kSplits;
-    const int p1 = c0 / 64 + chunk_pairs * (split + 1) / kSplits;
-    const bool tail = active && odd_block && c0 + kc == k && split == kSplits - 1;
+    const int p0 = c0 / 64 + chunk_pairs * split / splits;
+    const int p1 = c0 / 64 + chunk_pairs * (split + 1) / splits;
+    const bool tail = active && odd_block && c0 + kc == k && split == splits - 1;
+    const bool any = active && (p1 > p0 || tail);
 
-    // Weights never depend on the previous kernel: in flight before the wait.
-    PairSlot ring[kDepth];
+    // The first weights and group are in flight while x is staged.
+    uint4 cur[kUnroll] = {};
 #pragma unroll
-    for (int u = 0; u < kDepth; ++u)
-      if (active && p0 + u < p1) load_weights(ring[u], p0 + u);
-    if (c0 == 0) pdl_wait();  // x is the previous kernel's output
-    if constexpr (kStage) {
-      if (c0 > 0) __syncthreads();  // every warp is done with the previous chunk
-      stage_x<M, kThreads>(x, w.perm, k, c0, kc, stride, xs);
-      __syncthreads();
-    } else {
-#pragma unroll
-      for (int u = 0; u < kDepth; ++u)
-        if (active && p0 + u < p1) load_x(ring[u], p0 + u);
-    }
-    if (!active) continue;
+    for (int u = 0; u < kUnroll; ++u)
+      if (active && p0 + u < p1) cur[u] = __ldcs(qtile + (p0 + u) * 32 + lane);
+    if (any) walk.start(2 * p0, j);
+    if (c0 > 0) __syncthreads();  // every warp is done with the previous chunk
+    stage_x<M>(x, w.perm, k, c0, kc, stride, xs);
+    __syncthreads();
+    if (!any) continue;
 
-    // Slot u holds pair base + u; once used it is refilled with pair base + u + kDepth.
-    for (int base = p0; base < p1; base += kDepth) {
+    // Lanes j >= M hold no token: they read token M - 1 and multiply zeros.
+    const uint4* xfrag = reinterpret_cast<const uint4*>(xs + min(j, M - 1) * stride) + quad;
+    const uint32_t keep = j < M ? 0xffffffffu : 0u;
+    auto x_block = [&](int b) {
+      const uint4 v = xfrag[b * 4];
+      return make_uint4(v.x & keep, v.y & keep, v.z & keep, v.w & keep);
+    };
+    for (int p = p0; p < p1; p += kUnroll) {
+      uint4 next[kUnroll] = {};
 #pragma unroll
-      for (int u = 0; u < kDepth; ++u) {
-        const int p = base + u;
-        if (p < p1) {
-          if constexpr (kStage) {
-            const int b = 2 * (p - c0 / 64);
-            pair_mma(acc, ring[u], staged_x(b), staged_x(b + 1), pair_in_group);
-          } else {
-            pair_mma(acc, ring[u], ring[u].x0, ring[u].x1, pair_in_group);
-          }
-          if (p + kDepth < p1) {
-            load_weights(ring[u], p + kDepth);
-            if constexpr (!kStage) load_x(ring[u], p + kDepth);
-          }
+      for (int u = 0; u < kUnroll; ++u)
+        if (p + kUnroll + u < p1) next[u] = __ldcs(qtile + (p + kUnroll + u) * 32 + lane);
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        if (p + u < p1) {
+          const int b = 2 * (p + u - c0 / 64);  // block within the chunk
+          walk.step(acc, j);
+          walk.block(cur[u].x, cur[u].y, x_block(b));
+          walk.step(acc, j);
+          walk.block(cur[u].z, cur[u].w, x_block(b + 1));
         }
       }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) cur[u] = next[u];
     }
     if (tail) {
       const uint2 q = __ldcs(
           reinterpret_cast<const uint2*>(w.qweight + int64_t(tile) * 2 * k + pairs * 128) + lane);
-      const GroupWords gw = group_words(2 * pairs);
-      uint4 xv;
-      if constexpr (kStage) {
-        xv = staged_x(2 * (pairs - c0 / 64));
-      } else {
-        xv = j < M ? __ldg(xrow + pairs * 8) : make_uint4(0, 0, 0, 0);
-      }
-      float part[4] = {0, 0, 0, 0};
-      block_mma(part, q.x, q.y, gw.zeros, xv);
-      flush(acc, part, gw.scales);
+      const int b = 2 * (pairs - c0 / 64);
+      walk.step(acc, j);
+      walk.block(q.x, q.y, x_block(b));
     }
+    walk.flush(acc);
   }
 
   // C fragment: acc[0..1] row j, tokens 2 * quad + 0..1; acc[2..3] row j + 8.
-  auto store = [&](int tok, int r, float v) {
-    if (out_f32) {
-      static_cast<float*>(y)[int64_t(tok) * ldy + r] = v;
+#pragma unroll
+  for (int e = 0; e < 2; ++e) {
+    const int tok = 2 * quad + e;
+    if (tok < M) {
+      red[(warp * 16 + j) * M + tok] = acc[e];
+      red[(warp * 16 + j + 8) * M + tok] = acc[2 + e];
+    }
+  }
+  __syncthreads();
+  for (int o = threadIdx.x; o < tiles_per_block * 16 * M; o += kThreads) {
+    const int local = o / (16 * M), row = (o / M) % 16, tok = o % M;
+    const int r = (blockIdx.x * tiles_per_block + local) * 16 + row;
+    if (r >= w.n) continue;
+    float v = 0.0f;
+    for (int s = 0; s < splits; ++s) v += red[((local * splits + s) * 16 + row) * M + tok];
+    if constexpr (sizeof(Out) == 4) {
+      y[int64_t(tok) * ldy + r] = v;
     } else {
-      static_cast<__nv_bfloat16*>(y)[int64_t(tok) * ldy + r] = __float2bfloat16(v);
-    }
-  };
-  if constexpr (kSplits == 1) {
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const int tok = 2 * quad + e;
-      if (active && tok < M) {
-        if (tile * 16 + j < w.n) store(tok, tile * 16 + j, acc[e]);
-        if (tile * 16 + j + 8 < w.n) store(tok, tile * 16 + j + 8, acc[2 + e]);
-      }
-    }
-  } else {
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const int tok = 2 * quad + e;
-      if (tok < M) {
-        red[(warp * 16 + j) * M + tok] = acc[e];
-        red[(warp * 16 + j + 8) * M + tok] = acc[2 + e];
-      }
-    }
-    __syncthreads();
-    for (int o = threadIdx.x; o < kTiles * 16 * M; o += kThreads) {
-      const int local = o / (16 * M), row = (o / M) % 16, tok = o % M;
-      const int r = (blockIdx.x * kTiles + local) * 16 + row;
-      if (r >= w.n) continue;
-      float v = 0.0f;
-      for (int s = 0; s < kSplits; ++s) v += red[((local * kSplits + s) * 16 + row) * M + tok];
-      store(tok, r, v);
+      y[int64_t(tok) * ldy + r] = __float2bfloat16(v);
     }
   }
 }
-
-template <int M, int kWarps, int kSplits, int kDepth, bool kStage>
-void launch_gemv_m(const __nv_bfloat16* x, const Int4Matrix& w, void* y, int32_t ldy, bool out_f32,
-                   cudaStream_t stream) {
-  constexpr int kTiles = kWarps / kSplits;
-  const int tiles = (w.n + 15) / 16;
-  const size_t reduce_bytes = kSplits > 1 ? size_t(kWarps) * 16 * M * 4 : 0;
-  int chunk = w.k;
-  size_t smem = reduce_bytes;
-  if (kStage) {
-    chunk = int((kSmemBytes - reduce_bytes) / M - 64) / 2 / 64 * 64;
-    if (chunk > w.k) chunk = w.k;
-    smem += size_t(M) * x_stride_words(chunk) * 4;
-  }
-  const int blocks = (tiles + kTiles - 1) / kTiles;
-  const float inv_blocks_per_group = 1.0f / float(w.group_size / 32);
-  launch_pdl(int4_gemv_kernel<M, kWarps, kSplits, kDepth, kStage>, dim3(blocks), dim3(kWarps * 32),
-             smem, stream, x, w, chunk, inv_blocks_per_group, y, ldy, out_f32);
-}
-
-// A variant; without staging it still stages x when there is a perm to gather through.
-template <int kWarps, int kSplits, int kDepth, bool kStage>
-void launch_variant(const __nv_bfloat16* x, const Int4Matrix& w, int32_t m, void* y, int32_t ldy,
-                    bool out_f32, cudaStream_t stream) {
-  if constexpr (!kStage) {
-    if (w.perm != nullptr) {
-      launch_variant<kWarps, kSplits, kDepth, true>(x, w, m, y, ldy, out_f32, stream);
-      return;
-    }
-  }
-  static_assert(kInt4GemvMaxTokens == 4, "one instantiation per token count");
-  switch (m) {
-    case 1:
-      launch_gemv_m<1, kWarps, kSplits, kDepth, kStage>(x, w, y, ldy, out_f32, stream);
-      break;
-    case 2:
-      launch_gemv_m<2, kWarps, kSplits, kDepth, kStage>(x, w, y, ldy, out_f32, stream);
-      break;
-    case 3:
-      launch_gemv_m<3, kWarps, kSplits, kDepth, kStage>(x, w, y, ldy, out_f32, stream);
-      break;
-    default:
-      launch_gemv_m<4, kWarps, kSplits, kDepth, kStage>(x, w, y, ldy, out_f32, stream);
-      break;
-  }
-}
-
-using VariantLaunch = void (*)(const __nv_bfloat16*, const Int4Matrix&, int32_t, void*, int32_t,
-                               bool, cudaStream_t);
-struct Variant {
-  const char* name;  // w<warps per block>s<splits of k>d<pairs in flight>_<x through smem/ldg>
-  VariantLaunch launch;
-};
-constexpr Variant kVariants[] = {
-    {"w8s8d4_smem", launch_variant<8, 8, 4, true>},  // the first kernel's shape
-    {"w8s8d8_smem", launch_variant<8, 8, 8, true>},  // all of a small shape's loads at once
-    {"w8s8d4_ldg", launch_variant<8, 8, 4, false>},
-    {"w16s16d2_ldg", launch_variant<16, 16, 2, false>},  // few registers, many warps
-    {"w16s16d4_ldg", launch_variant<16, 16, 4, false>},  // more warps for few tiles, long k
-    {"w16s16d4_smem", launch_variant<16, 16, 4, true>},
-    {"w8s4d8_smem", launch_variant<8, 4, 8, true>},  // two tiles a block
-    {"w8s4d4_ldg", launch_variant<8, 4, 4, false>},
-    {"w4s4d8_smem", launch_variant<4, 4, 8, true>},  // small blocks
-    {"w8s2d8_smem", launch_variant<8, 2, 8, true>},  // four tiles a block: many tiles
-    {"w4s1d8_smem", launch_variant<4, 1, 8, true>},  // a warp per tile, no reduction
-    {"w4s1d4_ldg", launch_variant<4, 1, 4, false>},
-};
-constexpr int kVariantCount = int(sizeof(kVariants) / sizeof(kVariants[0]));
 
 int multiprocessors() {
   static const int count = [] {
@@ -367,10 +265,40 @@ int multiprocessors() {
   return count;
 }
 
-int variant_index(const char* name) {
-  for (int i = 0; i < kVariantCount; ++i)
-    if (std::strcmp(kVariants[i].name, name) == 0) return i;
-  std::abort();
+template <int M, typename Out>
+void launch_gemv_m(const __nv_bfloat16* x, const Int4Matrix& w, Out* y, int32_t ldy,
+                   cudaStream_t stream) {
+  const int tiles = (w.n + 15) / 16;
+  // Several tiles per block when there are many: x is staged once for all of them. Few tiles
+  // (n <= 16 * 8 * SMs) keep one per block so that every SM has blocks.
+  const int sms = multiprocessors();
+  const int tiles_per_block = tiles >= 16 * sms ? 4 : tiles >= 8 * sms ? 2 : 1;
+  int chunk = ((kSmemBytes - kReduceBytes) / M - 64) / 2 / 64 * 64;
+  if (chunk > w.k) chunk = w.k;
+  const size_t smem = size_t(M) * x_stride_words(chunk) * 4 + size_t(kWarps) * 16 * M * 4;
+  const int blocks = (tiles + tiles_per_block - 1) / tiles_per_block;
+  int4_gemv_kernel<M, Out>
+      <<<blocks, kThreads, smem, stream>>>(x, w, tiles_per_block, chunk, y, ldy);
+}
+
+template <typename Out>
+void dispatch(const __nv_bfloat16* x, const Int4Matrix& w, int32_t m, Out* y, int32_t ldy,
+              cudaStream_t stream) {
+  static_assert(kInt4GemvMaxTokens == 4, "one instantiation per token count");
+  switch (m) {
+    case 1:
+      launch_gemv_m<1>(x, w, y, ldy, stream);
+      break;
+    case 2:
+      launch_gemv_m<2>(x, w, y, ldy, stream);
+      break;
+    case 3:
+      launch_gemv_m<3>(x, w, y, ldy, stream);
+      break;
+    default:
+      launch_gemv_m<4>(x, w, y, ldy, stream);
+      break;
+  }
 }
 
 // One thread per qweight word: its 8 weights, rows j and j + 8 of a tile, to bf16.
@@ -394,7 +322,7 @@ __global__ void int4_dequant_kernel(Int4Matrix w, __nv_bfloat16* __restrict__ ou
     s = int(o % 2);
   }
   const int j = lane / 4;
-  const int64_t f0 = b * 32 + 8 * (lane % 4) + 4 * s;
+  const int64_t f0 = b * 32 + s * 16 + 2 * (lane % 4);
   const int64_t group = b * 32 / w.group_size;
   const int64_t groups = k / w.group_size;
   const uint32_t word = w.qweight[idx];
@@ -406,9 +334,9 @@ __global__ void int4_dequant_kernel(Int4Matrix w, __nv_bfloat16* __restrict__ ou
     const float scale = __half2float(w.scales[at]);
     const int zero = w.zeros[at];
 #pragma unroll
-    for (int c = 0; c < 2; ++c) {  // features f0 + 2c, f0 + 2c + 1: register m = h + 2c
+    for (int c = 0; c < 2; ++c) {  // features f0 + 8c, f0 + 8c + 1: register m = h + 2c
       const int m = h + 2 * c;
-      const int64_t f = f0 + 2 * c;
+      const int64_t f = f0 + 8 * c;
       const __nv_bfloat16 v0 = __float2bfloat16(float(int((word >> (4 * m)) & 15u) - zero) * scale);
       const __nv_bfloat16 v1 =
           __float2bfloat16(float(int((word >> (4 * (m + 4))) & 15u) - zero) * scale);
@@ -430,53 +358,18 @@ bool valid(const Int4Matrix& w) {
 
 }  // namespace
 
-namespace {
-
-void check_gemv(const Int4Matrix& w, int32_t m, int32_t ldy) {
+void launch_int4_gemv(const __nv_bfloat16* x, const Int4Matrix& w, int32_t m, void* y, int32_t ldy,
+                      bool out_f32, cudaStream_t stream) {
   if (m < 1 || m > kInt4GemvMaxTokens || !valid(w) || ldy < w.n) {
     std::fprintf(stderr, "int4 gemv: unsupported m=%d n=%d k=%d group_size=%d ldy=%d\n", m, w.n,
                  w.k, w.group_size, ldy);
     std::abort();
   }
-}
-
-}  // namespace
-
-int int4_gemv_variant_count() {
-  return kVariantCount;
-}
-
-const char* int4_gemv_variant_name(int variant) {
-  return variant >= 0 && variant < kVariantCount ? kVariants[variant].name : "?";
-}
-
-// A guess before measurements: few tiles want k split finely so that every SM has warps and
-// each warp's loads are all in flight at once; many tiles share staged x across four tiles.
-int int4_gemv_default_variant(int32_t n, int32_t k, int32_t m, bool perm) {
-  (void)m;
-  (void)perm;
-  const int tiles = (n + 15) / 16;
-  if (tiles >= 8 * multiprocessors()) return variant_index("w8s2d8_smem");
-  if (k > 8192) return variant_index("w16s16d4_smem");
-  return variant_index("w8s8d8_smem");
-}
-
-void launch_int4_gemv_variant(int variant, const __nv_bfloat16* x, const Int4Matrix& w, int32_t m,
-                              void* y, int32_t ldy, bool out_f32, cudaStream_t stream) {
-  check_gemv(w, m, ldy);
-  if (variant < 0 || variant >= kVariantCount) {
-    std::fprintf(stderr, "int4 gemv: no variant %d\n", variant);
-    std::abort();
+  if (out_f32) {
+    dispatch(x, w, m, static_cast<float*>(y), ldy, stream);
+  } else {
+    dispatch(x, w, m, static_cast<__nv_bfloat16*>(y), ldy, stream);
   }
-  kVariants[variant].launch(x, w, m, y, ldy, out_f32, stream);
-  TANDEM_CUDA_CHECK_LAUNCH();
-}
-
-void launch_int4_gemv(const __nv_bfloat16* x, const Int4Matrix& w, int32_t m, void* y, int32_t ldy,
-                      bool out_f32, cudaStream_t stream) {
-  check_gemv(w, m, ldy);
-  kVariants[int4_gemv_default_variant(w.n, w.k, m, w.perm != nullptr)].launch(x, w, m, y, ldy,
-                                                                              out_f32, stream);
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 

@@ -17,16 +17,14 @@ namespace tandem::kernels {
 
 // The GEMV multiplies on the tensor cores (mma.m16n8k16, bf16 in, fp32 out): a warp takes 16
 // rows, and the layout hands each lane its A-fragment as stored, 8 nibbles per word, so a lane
-// reads its weights with one 16-byte load per 64 features and needs no shuffles. The mma's k
-// order within a 32-feature block is chosen so that lane quad q's B-fragment is features
-// 8q .. 8q + 7 of the block: one 16-byte load of x in its natural order.
+// reads its weights with one 16-byte load per 64 features and needs no shuffles.
 //
 // qweight: tile T (rows 16T..16T+15) is 2k words at T * 2k. Its 32-feature blocks b = 0..k/32-1
 // go in pairs: pair P = b / 2 is 128 words at P * 128, lane L's four words at L * 4 + (b % 2) * 2
 // + s; when k / 32 is odd the last block is 64 words, lane L's two at (k / 64) * 128 + L * 2 + s.
-// Word s of a block (s = 0, 1) holds k-step s of rows j = L / 4 and j + 8, quad q = L % 4, as
-// the mma's A registers a0..a3 want them:
-//   nibble m + 4e (m = 0..3, e = 0..1) = q[16T + j + 8 * (m % 2), 32b + 8q + 4s + 2 * (m / 2) + e]
+// Word s of a block (s = 0, 1) holds k-step s (features 32b + 16s ..+15) of rows j = L / 4 and
+// j + 8, c = 2 * (L % 4), as the mma's A registers a0..a3 want them:
+//   nibble m + 4e (m = 0..3, e = 0..1) = q[16T + j + 8 * (m % 2), 32b + 16s + c + 8 * (m / 2) + e]
 // so `(word >> 4m) & 0x000F000F` is register m's two values, e = 0 in the low half.
 // scales, zeros: [tiles, groups, 8, 2]; [T, g, j, h] is row 16T + 8h + j, so lane L reads rows
 // j and j + 8 of one group as one half2 / one pair of bytes.
@@ -34,7 +32,7 @@ struct Int4Matrix {
   const uint32_t* qweight = nullptr;  // [ceil(n / 16), 2k] words, 16-byte aligned (above)
   const __half* scales = nullptr;     // [ceil(n / 16), k / group_size, 8, 2]
   const uint8_t* zeros = nullptr;     // [ceil(n / 16), k / group_size, 8, 2] zero points (0..16)
-  const int32_t* perm = nullptr;      // [k] or null, 16-byte aligned
+  const int32_t* perm = nullptr;      // [k] or null
   int32_t n = 0;
   int32_t k = 0;           // k % 32 == 0
   int32_t group_size = 0;  // k % group_size == 0, group_size % 32 == 0
@@ -43,25 +41,13 @@ struct Int4Matrix {
 // Decode sizes: the weights stream once for all m tokens.
 constexpr int32_t kInt4GemvMaxTokens = 4;
 
-// 1 <= m <= kInt4GemvMaxTokens. y row t starts at y + t * ldy (ldy >= n), bf16 or fp32. Warps
-// split k in a fixed way and their sums are added in a fixed order: reruns are bit-identical.
-// Launched with programmatic dependent launch (kernels/pdl.cuh): weights and scales are loaded
-// before the wait for the previous kernel, x after it. Runs the variant int4_gemv_default_variant
-// picks.
+// 1 <= m <= kInt4GemvMaxTokens. y row t starts at y + t * ldy (ldy >= n), bf16 or fp32. Each
+// block stages x (gathered through perm) in shared memory, in chunks when m * k is large, and
+// sums its warps' k-slices in a fixed order: reruns are bit-identical.
 void launch_int4_gemv(const __nv_bfloat16* x,  // [m, k] in, row stride k, 16-byte aligned
                       const Int4Matrix& w, int32_t m,
                       void* y,  // [m, ldy] out
                       int32_t ldy, bool out_f32, cudaStream_t stream);
-
-// The GEMV's tuning variants, for benchmarks and tests: warps per block, warps splitting each
-// tile's k, pairs of 32-feature blocks in flight per warp, and whether x goes through shared
-// memory (always with perm) or is read from L2 by each lane. Outputs of different variants differ
-// in rounding; each is bit-identical across reruns.
-int int4_gemv_variant_count();
-const char* int4_gemv_variant_name(int variant);  // e.g. "w8s8d8_smem"
-int int4_gemv_default_variant(int32_t n, int32_t k, int32_t m, bool perm);
-void launch_int4_gemv_variant(int variant, const __nv_bfloat16* x, const Int4Matrix& w, int32_t m,
-                              void* y, int32_t ldy, bool out_f32, cudaStream_t stream);
 
 // Prefill sizes: the whole matrix as bf16 in the original feature order (out[r, perm[i]] for a
 // permuted matrix), for a cuBLASLt GEMM with the unpermuted activations. The bf16 rounding of

@@ -44,9 +44,9 @@ int64_t word_index(int64_t k, int64_t tile, int64_t b, int64_t lane, int64_t s) 
 // Where q[r, i] is: word and bit shift.
 std::pair<int64_t, int> nibble_at(int64_t k, int64_t r, int64_t i) {
   const int64_t j = r % 8, h = (r % 16) / 8;
-  const int64_t f = i % 32, quad = f / 8, s = (f % 8) / 4, c = (f % 4) / 2, e = f % 2;
-  const int64_t lane = j * 4 + quad;
-  const int64_t m = h + 2 * c;
+  const int64_t f = i % 32, s = f / 16, kk = f % 16;
+  const int64_t lane = j * 4 + (kk % 8) / 2;
+  const int64_t m = h + 2 * (kk / 8), e = kk % 2;
   return {word_index(k, r / kTileRows, i / 32, lane, s), int(4 * (m + 4 * e))};
 }
 
@@ -62,12 +62,12 @@ std::vector<uint32_t> tile_qweight(const PlainInt4& p) {
       for (int64_t lane = 0; lane < 32; ++lane) {
         const int64_t r0 = tile * kTileRows + lane / 4;
         for (int64_t s = 0; s < 2; ++s) {
-          const int64_t f0 = b * 32 + 8 * (lane % 4) + 4 * s;
+          const int64_t f0 = b * 32 + s * 16 + 2 * (lane % 4);
           uint32_t word = 0;
           for (int m = 0; m < 4; ++m) {
             const int64_t r = r0 + 8 * (m % 2);
             if (r >= p.n) continue;
-            const uint8_t* row = p.q.data() + r * k + f0 + 2 * (m / 2);
+            const uint8_t* row = p.q.data() + r * k + f0 + 8 * (m / 2);
             word |= uint32_t(row[0]) << (4 * m);
             word |= uint32_t(row[1]) << (4 * (m + 4));
           }

@@ -1,7 +1,6 @@
 // The int4 kernels (kernels/int4_linear.cuh) on layouts repacked from random GPTQ tensors, with
 // and without an act-order permutation: the GEMV against fp64 sums of int4_layout_row's weights
-// for 1..4 tokens, bf16 and fp32 outputs, every tuning variant, and the dequantized matrix bit
-// for bit.
+// for 1..4 tokens, bf16 and fp32 outputs, and the dequantized matrix bit for bit.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -87,7 +86,6 @@ const Shape kShapes[] = {
 
 }  // namespace
 
-// Every variant (-1: launch_int4_gemv's pick) on every shape.
 TEST_CASE("int4 gemv matches fp64 for 1..4 tokens, bf16 and fp32 out, permuted or not") {
   uint32_t seed = 1;
   for (const Shape& s : kShapes) {
@@ -103,58 +101,44 @@ TEST_CASE("int4 gemv matches fp64 for 1..4 tokens, bf16 and fp32 out, permuted o
     const auto xf = to_f32(xb);
     const Dev<__nv_bfloat16> x(xb);
     const int ldy = s.n + 5;
-    std::vector<std::vector<double>> ref(size_t(kernels::kInt4GemvMaxTokens));
-    for (int t = 0; t < kernels::kInt4GemvMaxTokens; ++t) {
-      ref[size_t(t)].resize(size_t(s.n));
-      for (int r = 0; r < s.n; ++r) {
-        double acc = 0;
-        const float* wr = w.data() + size_t(r) * s.k;
-        const float* xt = xf.data() + size_t(t) * s.k;
-        for (int i = 0; i < s.k; ++i) acc += double(wr[i]) * xt[i];
-        ref[size_t(t)][size_t(r)] = acc;
-      }
-    }
-    for (int variant = -1; variant < kernels::int4_gemv_variant_count(); ++variant) {
-      CAPTURE(kernels::int4_gemv_variant_name(variant));
-      auto launch = [&](int m, void* y, bool out_f32) {
-        if (variant < 0) {
-          kernels::launch_int4_gemv(x.p, dev.matrix(), m, y, ldy, out_f32, nullptr);
-        } else {
-          kernels::launch_int4_gemv_variant(variant, x.p, dev.matrix(), m, y, ldy, out_f32,
-                                            nullptr);
-        }
-      };
-      for (int m = 1; m <= kernels::kInt4GemvMaxTokens; ++m) {
-        CAPTURE(m);
-        for (bool out_f32 : {true, false}) {
-          CAPTURE(out_f32);
-          const size_t elem = out_f32 ? 4 : 2;
-          Dev<uint8_t> y(size_t(m) * ldy * elem), again(size_t(m) * ldy * elem);
-          y.poison();
-          again.poison();
-          launch(m, y.p, out_f32);
-          launch(m, again.p, out_f32);
-          const auto bytes = y.get<uint8_t>();
-          CHECK(same_bits(bytes.data(), again.get<uint8_t>().data(), bytes.size()));
-          for (int t = 0; t < m; ++t) {
-            CAPTURE(t);
-            std::vector<float> got(size_t(s.n));
-            const uint8_t* row = bytes.data() + size_t(t) * ldy * elem;
-            for (int r = 0; r < s.n; ++r) {
-              if (out_f32) {
-                std::memcpy(&got[size_t(r)], row + size_t(r) * 4, 4);
-              } else {
-                uint16_t b;
-                std::memcpy(&b, row + size_t(r) * 2, 2);
-                got[size_t(r)] = bf16_to_f32(b);
-              }
-            }
-            CHECK(rel_error(got, ref[size_t(t)]) < (out_f32 ? 1e-5 : 8e-3));
-            // Nothing written past n: the poison (all ones) stays.
-            const bool untouched = std::all_of(row + size_t(s.n) * elem, row + size_t(ldy) * elem,
-                                               [](uint8_t v) { return v == 0xff; });
-            CHECK(untouched);
+    for (int m = 1; m <= kernels::kInt4GemvMaxTokens; ++m) {
+      CAPTURE(m);
+      for (bool out_f32 : {true, false}) {
+        CAPTURE(out_f32);
+        const size_t elem = out_f32 ? 4 : 2;
+        Dev<uint8_t> y(size_t(m) * ldy * elem), again(size_t(m) * ldy * elem);
+        y.poison();
+        again.poison();
+        kernels::launch_int4_gemv(x.p, dev.matrix(), m, y.p, ldy, out_f32, nullptr);
+        kernels::launch_int4_gemv(x.p, dev.matrix(), m, again.p, ldy, out_f32, nullptr);
+        const auto bytes = y.get<uint8_t>();
+        CHECK(same_bits(bytes.data(), again.get<uint8_t>().data(), bytes.size()));
+        for (int t = 0; t < m; ++t) {
+          CAPTURE(t);
+          std::vector<double> ref(size_t(s.n));
+          for (int r = 0; r < s.n; ++r) {
+            double acc = 0;
+            const float* wr = w.data() + size_t(r) * s.k;
+            const float* xt = xf.data() + size_t(t) * s.k;
+            for (int i = 0; i < s.k; ++i) acc += double(wr[i]) * xt[i];
+            ref[size_t(r)] = acc;
           }
+          std::vector<float> got(size_t(s.n));
+          const uint8_t* row = bytes.data() + size_t(t) * ldy * elem;
+          for (int r = 0; r < s.n; ++r) {
+            if (out_f32) {
+              std::memcpy(&got[size_t(r)], row + size_t(r) * 4, 4);
+            } else {
+              uint16_t b;
+              std::memcpy(&b, row + size_t(r) * 2, 2);
+              got[size_t(r)] = bf16_to_f32(b);
+            }
+          }
+          CHECK(rel_error(got, ref) < (out_f32 ? 1e-5 : 8e-3));
+          // Nothing written past n: the poison (all ones) stays.
+          const bool untouched = std::all_of(row + size_t(s.n) * elem, row + size_t(ldy) * elem,
+                                             [](uint8_t v) { return v == 0xff; });
+          CHECK(untouched);
         }
       }
     }

@@ -170,7 +170,7 @@ TEST_CASE("int4 layout: nibbles sit where the kernels' header says") {
           for (int m = 0; m < 4; ++m) {
             for (int e = 0; e < 2; ++e) {
               const int64_t r = 16 * tile + lane / 4 + 8 * (m % 2);
-              const int64_t i = 32 * b + 8 * (lane % 4) + 4 * s + 2 * (m / 2) + e;
+              const int64_t i = 32 * b + 16 * s + 2 * (lane % 4) + 8 * (m / 2) + e;
               const int nibble = int((w.qweight[size_t(word)] >> (4 * (m + 4 * e))) & 15u);
               wrong += nibble != q_of(r, i);
             }
