@@ -129,7 +129,8 @@ void check_format(const std::string& checkpoint, const std::string& at_load, dou
 // bf16 activations against the CPU's fp32 ones give the float model its 1e-2 (golden tests).
 // int4 prefill multiplies bf16-rounded dequantized weights (2^-9 more per weight); W8A8 rounds
 // bf16 rather than fp32 activations to e4m3, so a small share of them lands one e4m3 step
-// (2^-3 relative) away from the CPU's.
+// (2^-3 relative) away from the CPU's: measured on the H200 0.5% for int4, 1.5-3.6% for W8A8
+// (a mis-scaled row, token or block is off by a factor, far outside these).
 TEST_CASE("float small-qwen: the CUDA runner within 1e-2 of the CPU") {
   check_format("", "", 1e-2);
 }
@@ -143,14 +144,14 @@ TEST_CASE("gptq act-order") {
   check_format("gptq-desc-act", "", 2e-2);
 }
 TEST_CASE("fp8 static activations") {
-  check_format("fp8", "", 4e-2);
+  check_format("fp8", "", 5e-2);
 }
 TEST_CASE("fp8 channel, dynamic per-token activations") {
-  check_format("fp8-channel", "", 4e-2);
+  check_format("fp8-channel", "", 5e-2);
 }
 TEST_CASE("fp8 128 x 128 blocks") {
-  check_format("fp8-block", "", 4e-2);
+  check_format("fp8-block", "", 5e-2);
 }
 TEST_CASE("--quantization fp8 at load") {
-  check_format("", "fp8", 4e-2);
+  check_format("", "fp8", 5e-2);
 }

@@ -145,6 +145,9 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig& config
   // Benchmarks compare the fused gate|up GEMV + SiLU with the two kernels (same bits).
   const char* fused = std::getenv("TANDEM_FUSED_SWIGLU");
   r->fused_swiglu_ = fused == nullptr || std::strcmp(fused, "0") != 0;
+  // Benchmarks sweep the split-K decode attention's grid (one-warp blocks per SM it aims at).
+  if (const char* b = std::getenv("TANDEM_DECODE_BLOCKS_PER_SM"); b != nullptr && std::atoi(b) > 0)
+    r->decode_blocks_per_sm_ = std::atoi(b);
   if (r->device_timing_) r->anchor_ = make_clock_anchor(r->stream_);
   const int64_t free_activations = free_now();
   r->plan_.activation_bytes = free_weights - free_activations;
@@ -333,7 +336,7 @@ void CudaRunner::forward(const ForwardBatch& batch) {
     int32_t max_ctx = 1;
     for (const SeqSlice& q : batch.seqs) max_ctx = std::max(max_ctx, q.context_len);
     const int64_t blocks = std::max<int64_t>(1, int64_t(T) * config_.num_kv_heads);
-    int64_t splits = (2 * num_sms_ + blocks - 1) / blocks;
+    int64_t splits = (decode_blocks_per_sm_ * num_sms_ + blocks - 1) / blocks;
     splits = std::min<int64_t>(splits, (max_ctx + 127) / 128);
     splits = std::min<int64_t>(splits, kDecodeSplitRows / std::max(T, 1));
     splits = std::clamp<int64_t>(splits, 1, kernels::kDecodeMaxSplits);
@@ -349,7 +352,7 @@ void CudaRunner::forward(const ForwardBatch& batch) {
   // Events around the launch only: a capture must not record them into the graph.
   auto timed = [&](auto&& launch) {
     if (!device_timing_) return launch();
-    auto interval = std::make_shared<CudaInterval>(anchor_);
+    auto interval = std::make_shared<CudaInterval>(anchor_, event_pool_);
     interval->record_start(stream_);
     launch();
     interval->record_end(stream_);

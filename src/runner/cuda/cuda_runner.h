@@ -79,6 +79,9 @@ class CudaRunner final : public ModelRunner {
   int32_t max_page_refs_ = 0;
   bool use_graphs_ = true;
   bool fused_swiglu_ = true;  // decode's gate|up GEMV with SiLU·mul in its epilogue
+  // Split-K decode attention: key slices so that (tokens x KV heads x slices) one-warp blocks
+  // give each SM this many.
+  int64_t decode_blocks_per_sm_ = 2;
   MemoryPlan plan_;                            // set once by make_cuda_runner
   std::atomic<int64_t> graph_bytes_{0};        // measured at each graph instantiation
   std::atomic<int64_t> free_after_graphs_{0};  // driver free bytes after the last one
@@ -125,6 +128,7 @@ class CudaRunner final : public ModelRunner {
   DeviceSampler sampler_;       // every row that is not plain greedy
   bool device_timing_ = false;  // events around each forward, for trace spans
   std::shared_ptr<const ClockAnchor> anchor_;
+  std::shared_ptr<EventPool> event_pool_ = std::make_shared<EventPool>();
   std::shared_ptr<const DeviceInterval> last_interval_;
   int32_t num_logits_ = 0;
 

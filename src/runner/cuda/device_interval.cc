@@ -17,14 +17,39 @@ std::shared_ptr<const ClockAnchor> make_clock_anchor(cudaStream_t stream) {
   return a;
 }
 
-CudaInterval::CudaInterval(std::shared_ptr<const ClockAnchor> anchor) : anchor_(std::move(anchor)) {
-  TANDEM_CUDA_CHECK(cudaEventCreate(&start_));
-  TANDEM_CUDA_CHECK(cudaEventCreate(&end_));
+EventPool::~EventPool() {
+  for (cudaEvent_t e : free_) cudaEventDestroy(e);
+}
+
+cudaEvent_t EventPool::take() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!free_.empty()) {
+      cudaEvent_t e = free_.back();
+      free_.pop_back();
+      return e;
+    }
+  }
+  cudaEvent_t e = nullptr;
+  TANDEM_CUDA_CHECK(cudaEventCreate(&e));
+  return e;
+}
+
+void EventPool::give(cudaEvent_t e) {
+  std::lock_guard<std::mutex> lock(mu_);
+  free_.push_back(e);
+}
+
+CudaInterval::CudaInterval(std::shared_ptr<const ClockAnchor> anchor,
+                           std::shared_ptr<EventPool> pool)
+    : anchor_(std::move(anchor)), pool_(std::move(pool)) {
+  start_ = pool_->take();
+  end_ = pool_->take();
 }
 
 CudaInterval::~CudaInterval() {
-  cudaEventDestroy(start_);
-  cudaEventDestroy(end_);
+  pool_->give(start_);
+  pool_->give(end_);
 }
 
 void CudaInterval::record_start(cudaStream_t stream) {

@@ -7,6 +7,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
+#include <vector>
 
 #include "trace/trace.h"
 
@@ -26,9 +28,26 @@ struct ClockAnchor {
 // the anchor, so a runner re-anchors every few seconds to keep them to a microsecond.
 std::shared_ptr<const ClockAnchor> make_clock_anchor(cudaStream_t stream);
 
+// Timing events reused across forwards: creating and destroying two events per forward cost
+// more than recording them (measured with the 0.5B on the H200, benchmarks/NOTES.md v8).
+// Intervals return their events from whichever thread drops the last trace reference.
+class EventPool {
+ public:
+  EventPool() = default;
+  EventPool(const EventPool&) = delete;
+  EventPool& operator=(const EventPool&) = delete;
+  ~EventPool();
+  cudaEvent_t take();  // on the thread whose device owns the events
+  void give(cudaEvent_t e);
+
+ private:
+  std::mutex mu_;
+  std::vector<cudaEvent_t> free_;
+};
+
 class CudaInterval final : public DeviceInterval {
  public:
-  explicit CudaInterval(std::shared_ptr<const ClockAnchor> anchor);
+  CudaInterval(std::shared_ptr<const ClockAnchor> anchor, std::shared_ptr<EventPool> pool);
   CudaInterval(const CudaInterval&) = delete;
   CudaInterval& operator=(const CudaInterval&) = delete;
   ~CudaInterval() override;
@@ -39,6 +58,7 @@ class CudaInterval final : public DeviceInterval {
 
  private:
   std::shared_ptr<const ClockAnchor> anchor_;
+  std::shared_ptr<EventPool> pool_;
   cudaEvent_t start_ = nullptr;
   cudaEvent_t end_ = nullptr;
 };
