@@ -323,8 +323,9 @@ void CudaRunner::forward(const ForwardBatch& batch) {
     }
     TANDEM_CHECK(num_tiles_ <= max_tiles_);
   }
-  // Decode batches take the GQA kernel (K/V read once per KV head, keys split so the grid fills
-  // the GPU twice over, no slice shorter than a 128-key tile) when it has at least as many
+  // Decode batches take the GQA kernel (K/V read once per KV head, keys split so the grid has
+  // decode_blocks_per_sm_ one-warp blocks per SM, no slice shorter than a 128-key tile) when it
+  // has at least as many
   // blocks as the per-query-head kernel: many (token, KV head) pairs, or contexts long enough
   // to split into a group's worth of slices. Short contexts at small batches keep the
   // per-query-head kernel (measured on the H200: at batch 1 and 128 tokens the GQA kernel's 4-8
