@@ -5,7 +5,6 @@
 
 #include "cuda_check.cuh"
 #include "mma_sm80.cuh"
-#include "pdl.cuh"
 
 namespace tandem::kernels {
 namespace {
@@ -46,8 +45,6 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(
     const __nv_bfloat16* __restrict__ v_cache, const int32_t* __restrict__ token_seq,
     const int32_t* __restrict__ positions, const int32_t* __restrict__ seq_page_start,
     const int32_t* __restrict__ page_ids, PagedAttentionShape s, float* __restrict__ partials) {
-  pdl_launch_dependents();  // the next kernel may launch and prefetch its weights
-  pdl_wait();  // launched early itself (launch_pdl): the previous kernel's writes first
   __shared__ __align__(16) float q_s[kG][kMaxD];
   __shared__ float p_s[kG][kTile];
   __shared__ const __nv_bfloat16* v_row_s[kTile];
@@ -178,8 +175,6 @@ __global__ void __launch_bounds__(32) decode_attention_tc_kernel(
     const __nv_bfloat16* __restrict__ v_cache, const int32_t* __restrict__ token_seq,
     const int32_t* __restrict__ positions, const int32_t* __restrict__ seq_page_start,
     const int32_t* __restrict__ page_ids, PagedAttentionShape s, float* __restrict__ partials) {
-  pdl_launch_dependents();  // the next kernel may launch and prefetch its weights
-  pdl_wait();  // launched early itself (launch_pdl): the previous kernel's writes first
   constexpr int D8 = D / 8, KC = D / 16, NT = D / 8, ST = kTcKeys / 8;
   __shared__ __align__(128) TcSmem<D> sm;
   const int lane = threadIdx.x, g = lane >> 2, tig = lane & 3;
@@ -298,17 +293,15 @@ void launch_tc(const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_
                const int32_t* token_seq, const int32_t* positions, const int32_t* seq_page_start,
                const int32_t* page_ids, PagedAttentionShape shape, int32_t num_splits,
                float* partials, cudaStream_t stream) {
-  launch_pdl(decode_attention_tc_kernel<D>, dim3(shape.num_tokens, shape.num_kv_heads, num_splits),
-             32, 0, stream, q, k_cache, v_cache, token_seq, positions, seq_page_start, page_ids,
-             shape, partials);
+  decode_attention_tc_kernel<D>
+      <<<dim3(shape.num_tokens, shape.num_kv_heads, num_splits), 32, 0, stream>>>(
+          q, k_cache, v_cache, token_seq, positions, seq_page_start, page_ids, shape, partials);
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 
 // One block per (token, head): merge the splits' states. Split 0 is never empty.
 __global__ void combine_kernel(const float* __restrict__ partials, int D, int num_heads, int splits,
                                __nv_bfloat16* __restrict__ out) {
-  pdl_launch_dependents();  // the next kernel may launch and prefetch its weights
-  pdl_wait();  // launched early itself (launch_pdl): the previous kernel's writes first
   const int t = blockIdx.x, h = blockIdx.y;
   const float* base = partials + (int64_t(t) * num_heads + h) * splits * (D + 2);
   float mx = -INFINITY;
@@ -354,14 +347,14 @@ void launch_decode_attention(const __nv_bfloat16* q, const __nv_bfloat16* k_cach
                      num_splits, partials, stream);
       break;
     default:  // other head sizes: the scalar kernel
-      launch_pdl(decode_attention_kernel, dim3(shape.num_tokens, shape.num_kv_heads, num_splits),
-                 kThreads, 0, stream, q, k_cache, v_cache, token_seq, positions, seq_page_start,
-                 page_ids, shape, partials);
+      decode_attention_kernel<<<dim3(shape.num_tokens, shape.num_kv_heads, num_splits), kThreads, 0,
+                                stream>>>(q, k_cache, v_cache, token_seq, positions, seq_page_start,
+                                          page_ids, shape, partials);
       TANDEM_CUDA_CHECK_LAUNCH();
   }
   const int threads = (shape.head_dim + 31) / 32 * 32;
-  launch_pdl(combine_kernel, dim3(shape.num_tokens, shape.num_heads), threads, 0, stream, partials,
-             shape.head_dim, shape.num_heads, num_splits, out);
+  combine_kernel<<<dim3(shape.num_tokens, shape.num_heads), threads, 0, stream>>>(
+      partials, shape.head_dim, shape.num_heads, num_splits, out);
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 

@@ -1,7 +1,6 @@
 #include "gemv.cuh"
 
 #include "cuda_check.cuh"
-#include "pdl.cuh"
 
 namespace tandem::kernels {
 namespace {
@@ -27,10 +26,8 @@ __global__ void __launch_bounds__(kWarps * 32)
                 int32_t k, int32_t ldy, Out* __restrict__ y) {
   const int lane = threadIdx.x & 31;
   const int row = blockIdx.x * kWarps + (threadIdx.x >> 5);
-  pdl_launch_dependents();
   if (row >= n) return;
   const uint4* w4 = reinterpret_cast<const uint4*>(w + int64_t(row) * k);
-  pdl_wait();  // x is the previous kernel's output
   const uint4* x4 = reinterpret_cast<const uint4*>(x);
   const int k8 = k / 8;
   float acc[M];
@@ -74,11 +71,9 @@ __global__ void __launch_bounds__(kWarps * 32)
                        int32_t width, int32_t k, __nv_bfloat16* __restrict__ out) {
   const int lane = threadIdx.x & 31;
   const int row = blockIdx.x * kWarps + (threadIdx.x >> 5);
-  pdl_launch_dependents();
   if (row >= width) return;
   const uint4* g4 = reinterpret_cast<const uint4*>(w + int64_t(row) * k);
   const uint4* u4 = reinterpret_cast<const uint4*>(w + (int64_t(row) + width) * k);
-  pdl_wait();
   const uint4* x4 = reinterpret_cast<const uint4*>(x);
   const int k8 = k / 8;
   float gacc[M], uacc[M];
@@ -134,9 +129,9 @@ void dispatch(const __nv_bfloat16* x, const __nv_bfloat16* w, int32_t m, int32_t
   const int threads = kWarps * 32;
   static_assert(kGemvMaxTokens == 2, "one instantiation per token count");
   if (m == 1) {
-    launch_pdl(gemv_kernel<1, Out>, blocks, threads, 0, stream, x, w, n, k, ldy, y);
+    gemv_kernel<1, Out><<<blocks, threads, 0, stream>>>(x, w, n, k, ldy, y);
   } else {
-    launch_pdl(gemv_kernel<2, Out>, blocks, threads, 0, stream, x, w, n, k, ldy, y);
+    gemv_kernel<2, Out><<<blocks, threads, 0, stream>>>(x, w, n, k, ldy, y);
   }
 }
 
@@ -165,9 +160,9 @@ void launch_gemv_swiglu(const __nv_bfloat16* x, const __nv_bfloat16* w, int32_t 
   }
   const int blocks = (width + kWarps - 1) / kWarps;
   if (m == 1) {
-    launch_pdl(gemv_swiglu_kernel<1>, blocks, kWarps * 32, 0, stream, x, w, width, k, out);
+    gemv_swiglu_kernel<1><<<blocks, kWarps * 32, 0, stream>>>(x, w, width, k, out);
   } else {
-    launch_pdl(gemv_swiglu_kernel<2>, blocks, kWarps * 32, 0, stream, x, w, width, k, out);
+    gemv_swiglu_kernel<2><<<blocks, kWarps * 32, 0, stream>>>(x, w, width, k, out);
   }
   TANDEM_CUDA_CHECK_LAUNCH();
 }

@@ -2,7 +2,6 @@
 
 #include "block_reduce.cuh"
 #include "cuda_check.cuh"
-#include "pdl.cuh"
 
 namespace tandem::kernels {
 namespace {
@@ -19,8 +18,6 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(
     const __nv_bfloat16* __restrict__ v_cache, const int32_t* __restrict__ token_seq,
     const int32_t* __restrict__ positions, const int32_t* __restrict__ seq_page_start,
     const int32_t* __restrict__ page_ids, PagedAttentionShape s, __nv_bfloat16* __restrict__ out) {
-  pdl_launch_dependents();  // the next kernel may launch and prefetch its weights
-  pdl_wait();  // launched early itself (launch_pdl): the previous kernel's writes first
   __shared__ __align__(16) float q_s[kMaxDim];
   __shared__ float p_s[kTile];
   __shared__ const __nv_bfloat16* v_row_s[kTile];
@@ -103,8 +100,8 @@ void launch_paged_attention(const __nv_bfloat16* q, const __nv_bfloat16* k_cache
                  shape.num_heads, shape.num_kv_heads);
     std::abort();
   }
-  launch_pdl(paged_attention_kernel, dim3(shape.num_tokens, shape.num_heads), kThreads, 0, stream,
-             q, k_cache, v_cache, token_seq, positions, seq_page_start, page_ids, shape, out);
+  paged_attention_kernel<<<dim3(shape.num_tokens, shape.num_heads), kThreads, 0, stream>>>(
+      q, k_cache, v_cache, token_seq, positions, seq_page_start, page_ids, shape, out);
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 

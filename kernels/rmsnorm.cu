@@ -4,7 +4,6 @@
 
 #include "block_reduce.cuh"
 #include "cuda_check.cuh"
-#include "pdl.cuh"
 
 namespace tandem::kernels {
 namespace {
@@ -18,8 +17,6 @@ __global__ void __launch_bounds__(kMaxThreads)
     add_rmsnorm_kernel(float* __restrict__ residual, const __nv_bfloat16* __restrict__ delta,
                        const float* __restrict__ weight, int32_t width, float eps,
                        __nv_bfloat16* __restrict__ out) {
-  pdl_launch_dependents();  // the next kernel may launch and prefetch its weights
-  pdl_wait();  // launched early itself (launch_pdl): the previous kernel's writes first
   __shared__ float scratch[32];
   const int64_t base = int64_t(blockIdx.x) * width;
   float v[kPerThread];
@@ -59,11 +56,11 @@ void launch_add_rmsnorm(float* residual, const __nv_bfloat16* delta, const float
   }
   if (width <= kMaxThreads * 4) {
     const int threads = std::max(32, ((width + 3) / 4 + 31) / 32 * 32);
-    launch_pdl(add_rmsnorm_kernel<4>, rows, std::min(threads, kMaxThreads), 0, stream, residual,
-               delta, weight, width, eps, out);
+    add_rmsnorm_kernel<4><<<rows, std::min(threads, kMaxThreads), 0, stream>>>(
+        residual, delta, weight, width, eps, out);
   } else {
-    launch_pdl(add_rmsnorm_kernel<8>, rows, kMaxThreads, 0, stream, residual, delta, weight, width,
-               eps, out);
+    add_rmsnorm_kernel<8>
+        <<<rows, kMaxThreads, 0, stream>>>(residual, delta, weight, width, eps, out);
   }
   TANDEM_CUDA_CHECK_LAUNCH();
 }

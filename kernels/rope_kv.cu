@@ -1,7 +1,6 @@
 #include "rope_kv.cuh"
 
 #include "cuda_check.cuh"
-#include "pdl.cuh"
 
 namespace tandem::kernels {
 namespace {
@@ -13,8 +12,6 @@ __global__ void rope_kv_kernel(
     const int32_t* __restrict__ positions, const int32_t* __restrict__ slots,
     const float* __restrict__ inv_freq, RopeKvShape s, __nv_bfloat16* __restrict__ q_out,
     __nv_bfloat16* __restrict__ k_cache, __nv_bfloat16* __restrict__ v_cache) {
-  pdl_launch_dependents();
-  pdl_wait();  // launched early (launch_pdl): qkv is the previous kernel's output
   const int t = blockIdx.x, h = blockIdx.y, i = threadIdx.x;
   const int D = s.head_dim, half = D / 2;
   const int width = (s.num_heads + 2 * s.num_kv_heads) * D;
@@ -56,8 +53,8 @@ void launch_rope_kv_write(const __nv_bfloat16* qkv, const float* bias, const int
   if (shape.num_tokens == 0) return;
   const dim3 grid(shape.num_tokens, shape.num_heads + shape.num_kv_heads);
   const int threads = (shape.head_dim / 2 + 31) / 32 * 32;
-  launch_pdl(rope_kv_kernel, grid, threads, 0, stream, qkv, bias, positions, slots, inv_freq, shape,
-             q_out, k_cache, v_cache);
+  rope_kv_kernel<<<grid, threads, 0, stream>>>(qkv, bias, positions, slots, inv_freq, shape, q_out,
+                                               k_cache, v_cache);
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 
