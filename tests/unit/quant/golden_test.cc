@@ -54,9 +54,8 @@ TEST_CASE("dequantization equals the numpy/torch goldens in tests/fixtures/quant
     seen.insert(name);
   }
   // FP8 files come from torch's float8_e4m3fn (made on the GPU machine, where torch is).
-  for (const char* required :
-       {"awq_g32", "awq_g128", "gptq_v1_g32", "gptq_v1_g32_desc_act", "gptq_v2_sym_one_group",
-        "fp8_tensor", "fp8_channel", "fp8_block"}) {
+  for (const char* required : {"awq_g32", "awq_g128", "gptq_v1_g32", "gptq_v1_g32_desc_act",
+                               "gptq_v2_sym_one_group", "fp8_tensor", "fp8_channel", "fp8_block"}) {
     CAPTURE(required);
     CHECK(seen.count(required) == 1);
   }
