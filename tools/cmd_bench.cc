@@ -20,7 +20,7 @@ namespace {
 void register_bench_spec(CLI::App* bench, int& exit_code) {
   auto* cmd = bench->add_subcommand("spec", "Speculative vs plain decoding of a batch, as JSON");
   struct Flags {
-    std::string model, draft, device = "cuda:0";
+    std::string model, draft, device = "cuda:0", quantization, draft_quantization;
     bench::SpecBenchOptions opts;
     int32_t page_size = 16;
     int32_t threads = 0;
@@ -40,6 +40,10 @@ void register_bench_spec(CLI::App* bench, int& exit_code) {
       ->capture_default_str();
   cmd->add_option("--page-size", f->page_size, "KV page size")->capture_default_str();
   cmd->add_option("--threads", f->threads, "CPU runner threads (0 = all cores)");
+  cmd->add_option("--quantization", f->quantization,
+                  "Quantize the float target at load: fp8 (docs/quantization.md)");
+  cmd->add_option("--draft-quantization", f->draft_quantization,
+                  "Quantize the float draft at load: fp8");
   cmd->callback([f, &exit_code] {
     auto fail = [&](const Error& e) {
       std::fprintf(stderr, "tandem bench spec: %s\n", e.to_string().c_str());
@@ -65,13 +69,21 @@ void register_bench_spec(CLI::App* bench, int& exit_code) {
     ro.max_seqs = max_batch;
     ro.max_logit_rows = max_batch * (max_k + 1);  // the verify pass: k + 1 rows per sequence
     ro.threads = f->threads;
+    RunnerOptions draft_ro = ro;
+    ro.quantization = f->quantization;
+    draft_ro.quantization = f->draft_quantization;
     auto target = make_runner(*target_dir, ro);
     if (!target) return fail(target.error());
-    auto draft = make_runner(*draft_dir, ro);
+    auto draft = make_runner(*draft_dir, draft_ro);
     if (!draft) return fail(draft.error());
     auto res = bench::run_spec_bench(**target, **draft, f->opts);
     if (!res) return fail(res.error());
-    std::printf("%s\n", bench::spec_bench_json(f->opts, *res, f->model, f->draft).c_str());
+    auto label = [](const std::string& dir, const std::string& q) {
+      return q.empty() ? dir : dir + " (--quantization " + q + ")";
+    };
+    std::printf("%s\n", bench::spec_bench_json(f->opts, *res, label(f->model, f->quantization),
+                                               label(f->draft, f->draft_quantization))
+                            .c_str());
   });
 }
 
