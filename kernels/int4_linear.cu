@@ -284,7 +284,7 @@ void launch_gemv_m(const __nv_bfloat16* x, const Int4Matrix& w, Out* y, int32_t 
 template <typename Out>
 void dispatch(const __nv_bfloat16* x, const Int4Matrix& w, int32_t m, Out* y, int32_t ldy,
               cudaStream_t stream) {
-  static_assert(kInt4GemvMaxTokens == 4, "one instantiation per token count");
+  static_assert(kInt4GemvMaxTokens == 8, "one instantiation per token count");
   switch (m) {
     case 1:
       launch_gemv_m<1>(x, w, y, ldy, stream);
@@ -295,8 +295,20 @@ void dispatch(const __nv_bfloat16* x, const Int4Matrix& w, int32_t m, Out* y, in
     case 3:
       launch_gemv_m<3>(x, w, y, ldy, stream);
       break;
-    default:
+    case 4:
       launch_gemv_m<4>(x, w, y, ldy, stream);
+      break;
+    case 5:
+      launch_gemv_m<5>(x, w, y, ldy, stream);
+      break;
+    case 6:
+      launch_gemv_m<6>(x, w, y, ldy, stream);
+      break;
+    case 7:
+      launch_gemv_m<7>(x, w, y, ldy, stream);
+      break;
+    default:
+      launch_gemv_m<8>(x, w, y, ldy, stream);
       break;
   }
 }

@@ -1,9 +1,10 @@
 // Every quantized format on the CUDA runner against the CPU oracle on the same checkpoint
 // (small-qwen written by mkmodel in that format): a prefill chunk of 37 tokens (the GEMM paths:
-// dequantize + cuBLASLt, or cuBLASLt FP8), decode steps of 1 token and a chunk of 3 (the GEMV
-// paths), each forward's logits within a per-format tolerance of the CPU's. Greedy: where the
-// CPU's top two logits are clearly apart the GPU must pick the same token; elsewhere the CPU's
-// token goes on (teacher forcing) and must be within the tolerance of the GPU's best.
+// dequantize + cuBLASLt, or cuBLASLt FP8), decode steps of 1 token and chunks of 3 and 6 (the
+// GEMV paths; 6 rows are a k = 5 verify, GEMV for int4 and FP8 GEMM otherwise), each forward's
+// logits within a per-format tolerance of the CPU's. Greedy: where the CPU's top two logits are
+// clearly apart the GPU must pick the same token; elsewhere the CPU's token goes on (teacher
+// forcing) and must be within the tolerance of the GPU's best.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -98,7 +99,7 @@ void check_format(const std::string& checkpoint, const std::string& at_load, dou
   CHECK(max_rel(lg, lc) < tol);
   int decided = 0, forced = 0;
   for (int32_t i = 0; i < 8; ++i) {
-    // Decode steps of 1 token, then a chunk of 3 (the last two are the next greedy picks).
+    // Decode steps of 1 token; chunks carry the greedy pick and made-up continuations.
     const int32_t best_c = int32_t(std::max_element(lc.begin(), lc.end()) - lc.begin());
     const int32_t best_g = int32_t(std::max_element(lg.begin(), lg.end()) - lg.begin());
     std::vector<float> sorted = lc;
@@ -113,7 +114,11 @@ void check_format(const std::string& checkpoint, const std::string& at_load, dou
       ++forced;
     }
     std::vector<int32_t> next = {best_c};
+    // A chunk of 3 (decode GEMVs at m = 3) and one of 6 (int4 GEMV at m = 6, a k = 5 verify).
     if (i == 5) next = {best_c, int32_t((best_c + 11) % 150000), int32_t((best_c + 97) % 150000)};
+    if (i == 6) {
+      for (int32_t e = 1; e < 6; ++e) next.push_back(int32_t((best_c + 31 * e) % 150000));
+    }
     lc = c.step(next);
     lg = g.step(next);
     worst = std::max(worst, max_rel(lg, lc));
