@@ -224,12 +224,11 @@ Status CudaRunner::make_linear_scratch() {
   cudaDeviceProp prop{};
   TANDEM_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
   if (prop.major * 10 + prop.minor < 89) {
-    return make_error(ErrorCode::kUnsupported, "quantization 'fp8' (" + config_.quant.describe() +
-                                                   ") needs FP8 tensor "
-                                                   "cores (compute capability 8.9+); cuda:" +
-                                                   std::to_string(device_) + " (" + prop.name +
-                                                   ") is " + std::to_string(prop.major) + "." +
-                                                   std::to_string(prop.minor));
+    const std::string cc = std::to_string(prop.major) + "." + std::to_string(prop.minor);
+    return make_error(ErrorCode::kUnsupported,
+                      "quantization 'fp8' (" + config_.quant.describe() +
+                          ") needs FP8 tensor cores (compute capability 8.9+); cuda:" +
+                          std::to_string(device_) + " (" + prop.name + ") is " + cc);
   }
   fp8_gemm_ = std::make_unique<kernels::Fp8GemmContext>();
   for (const DeviceLayer& l : weights_.layers) {
@@ -237,13 +236,13 @@ Status CudaRunner::make_linear_scratch() {
       for (const DeviceLinearPart& p : lin->parts) {
         if (p.format != QuantFormat::kFp8 || p.fp8_activations == Fp8Activations::kNone) continue;
         if (!fp8_gemm_->supports(p.rows, lin->k, p.fp8_block)) {
-          return make_error(
-              ErrorCode::kUnsupported,
-              "quantization 'fp8' (" + config_.quant.describe() +
-                  "): cuBLASLt has "
-                  "no FP8 GEMM for a [" +
-                  std::to_string(p.rows) + ", " + std::to_string(lin->k) + "] weight with " +
-                  (p.fp8_block ? "128 x 128 block" : "per-channel") + " scales on " + prop.name);
+          const std::string shape =
+              "[" + std::to_string(p.rows) + ", " + std::to_string(lin->k) + "]";
+          const std::string scales = p.fp8_block ? "128 x 128 block" : "per-channel";
+          return make_error(ErrorCode::kUnsupported,
+                            "quantization 'fp8' (" + config_.quant.describe() +
+                                "): cuBLASLt has no FP8 GEMM for a " + shape + " weight with " +
+                                scales + " scales on " + prop.name);
         }
       }
     }
