@@ -236,8 +236,10 @@ Status CudaRunner::make_linear_scratch() {
       for (const DeviceLinearPart& p : lin->parts) {
         if (p.format != QuantFormat::kFp8 || p.fp8_activations == Fp8Activations::kNone) continue;
         if (!fp8_gemm_->supports(p.rows, lin->k, p.fp8_block)) {
-          const std::string shape =
-              "[" + std::to_string(p.rows) + ", " + std::to_string(lin->k) + "]";
+          // Appended, not "[" + to_string(): GCC 12's -Wrestrict misfires on the latter.
+          std::string shape = std::to_string(p.rows);
+          shape.insert(shape.begin(), '[');
+          shape += ", " + std::to_string(lin->k) + "]";
           const std::string scales = p.fp8_block ? "128 x 128 block" : "per-channel";
           return make_error(ErrorCode::kUnsupported,
                             "quantization 'fp8' (" + config_.quant.describe() +
