@@ -196,18 +196,33 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
       draft_.copy_logits(logits_);
     }
     draft_ms += now_ms() - t0;
-    size_t g = 0;
+    // Sampled rows' processors and probabilities, one row per task (each takes milliseconds over
+    // a 150k vocabulary); the draws then go in row order.
+    std::vector<size_t> sampled;  // indices into who
+    for (size_t j = 0; j < who.size(); ++j)
+      if (!seqs[who[j]]->params.greedy()) sampled.push_back(j);
+    std::vector<std::vector<float>> row_probs(sampled.size());  // [sampled][W]
+    if (!sampled.empty()) {
+      host_pool().parallel_for(int64_t(sampled.size()), 1, [&](int64_t begin, int64_t end) {
+        for (int64_t s = begin; s < end; ++s) {
+          const size_t j = sampled[size_t(s)];
+          const Sequence& seq = *seqs[who[j]];
+          std::span<float> row(logits_.data() + j * size_t(dv), size_t(W));
+          apply_logits_processors(row, seq.params, TokenHistory{seq.prompt(), outs[j]}, suppress[j],
+                                  W);
+          row_probs[size_t(s)].resize(size_t(W));
+          logits_to_probs(row, seq.params, row_probs[size_t(s)]);
+        }
+      });
+    }
+    size_t g = 0, s = 0;
     for (size_t j = 0; j < who.size(); ++j) {
       Sequence& seq = *seqs[who[j]];
       int32_t token;
       if (seq.params.greedy()) {
         token = greedy_ids[g++];
       } else {
-        std::span<float> row(logits_.data() + j * size_t(dv), size_t(W));
-        apply_logits_processors(row, seq.params, TokenHistory{seq.prompt(), outs[j]}, suppress[j],
-                                W);
-        std::vector<float> probs(static_cast<size_t>(W));
-        logits_to_probs(row, seq.params, probs);
+        const std::vector<float>& probs = row_probs[s++];
         token = sample_from_probs(probs, seq.draft_rng.next_uniform());
         draft_probs[who[j]].insert(draft_probs[who[j]].end(), probs.begin(), probs.end());
       }
@@ -273,8 +288,45 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
   if (max_k > 0) policy_.observe_costs(draft_ms / max_k, target_ms);
   const double accept_t0 = now_ms();
 
+  // Sampled sequences: every verify row's processed probabilities, one row per task. Row r of a
+  // sequence sees its output plus proposals [0, r).
+  struct RowTask {
+    size_t seq;
+    int32_t r;
+    size_t logit_row;
+  };
+  std::vector<RowTask> tasks;
+  std::vector<size_t> first_task(n, 0);  // index of each sequence's row 0 in tasks
+  {
+    size_t row = 0;
+    for (size_t i = 0; i < n; ++i) {
+      first_task[i] = tasks.size();
+      if (!seqs[i]->params.greedy()) {
+        for (int32_t r = 0; r <= ks[i]; ++r) tasks.push_back({i, r, row + size_t(r)});
+      }
+      row += size_t(ks[i]) + 1;
+    }
+  }
+  std::vector<float> target_probs(tasks.size() * size_t(W));  // [tasks, W]
+  if (!tasks.empty()) {
+    host_pool().parallel_for(int64_t(tasks.size()), 1, [&](int64_t begin, int64_t end) {
+      std::vector<float> processed(static_cast<size_t>(W));  // one row's processed logits
+      for (int64_t t = begin; t < end; ++t) {
+        const RowTask& task = tasks[size_t(t)];
+        const Sequence& seq = *seqs[task.seq];
+        std::vector<int32_t> out(seq.output().begin(), seq.output().end());
+        out.insert(out.end(), proposals[task.seq].begin(), proposals[task.seq].begin() + task.r);
+        std::copy_n(logits_.data() + task.logit_row * size_t(tv), W, processed.begin());
+        apply_logits_processors(processed, seq.params, TokenHistory{seq.prompt(), out},
+                                banned_ids(seq, out.size()), W);
+        logits_to_probs(processed, seq.params,
+                        std::span<float>(target_probs).subspan(size_t(t) * size_t(W), size_t(W)));
+      }
+    });
+  }
+
   std::vector<std::vector<int32_t>> result(n);
-  size_t row = 0, g = 0;
+  size_t g = 0;
   for (size_t i = 0; i < n; ++i) {
     Sequence& seq = *seqs[i];
     const int32_t k = ks[i];
@@ -282,27 +334,15 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
     if (seq.params.greedy()) {
       accepted = accept_greedy_ids(proposals[i], std::span(target_ids).subspan(g, size_t(k) + 1));
       g += size_t(k) + 1;
-      row += size_t(k) + 1;
     } else {
-      std::vector<float> processed(size_t(k + 1) * size_t(W));  // [k+1, W]
-      std::vector<int32_t> out(seq.output().begin(), seq.output().end());
-      for (int32_t r = 0; r <= k; ++r, ++row) {
-        std::span<float> dst(processed.data() + size_t(r) * size_t(W), size_t(W));
-        std::copy_n(logits_.data() + row * size_t(tv), W, dst.begin());
-        apply_logits_processors(dst, seq.params, TokenHistory{seq.prompt(), out},
-                                banned_ids(seq, out.size()), W);
-        if (r < k) out.push_back(proposals[i][size_t(r)]);
-      }
+      // [k + 1, W]: this sequence's rows, computed above.
+      const std::span<const float> probs(target_probs.data() + first_task[i] * size_t(W),
+                                         size_t(k + 1) * size_t(W));
       if (k == 0) {
-        accepted.tokens = {sample_token(processed, seq.params, seq.rng)};
+        // sample_token's draw over the same probabilities.
+        accepted.tokens = {sample_from_probs(probs, seq.rng.next_uniform())};
       } else {
-        std::vector<float> target_probs(processed.size());
-        for (int32_t r = 0; r <= k; ++r) {
-          logits_to_probs(
-              std::span<const float>(processed).subspan(size_t(r) * size_t(W), size_t(W)),
-              seq.params, std::span<float>(target_probs).subspan(size_t(r) * size_t(W), size_t(W)));
-        }
-        accepted = accept_sampled(proposals[i], draft_probs[i], target_probs, W, seq.rng);
+        accepted = accept_sampled(proposals[i], draft_probs[i], probs, W, seq.rng);
       }
     }
     if (k > 0) {
@@ -323,6 +363,11 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
   }
   times_ = SpecStepTimes{max_k, draft_ms, target_ms, now_ms() - accept_t0};
   return result;
+}
+
+ThreadPool& SpecDecoder::host_pool() {
+  if (host_pool_ == nullptr) host_pool_ = std::make_unique<ThreadPool>(0);
+  return *host_pool_;
 }
 
 void SpecDecoder::run_step(std::span<Sequence* const> seqs, PagePool& target_pool,

@@ -227,6 +227,59 @@ TEST_CASE("speculative decoding never changes greedy tokens, for every k and a m
   }
 }
 
+TEST_CASE("sampled requests with a draft: a self-draft accepts every proposal, reruns repeat") {
+  // The target as its own draft: the draft's probabilities and the verify pass's are computed
+  // from the same logits, settings and history (penalties see output + proposals so far, and
+  // min_tokens bans eos on both sides), so min(1, p_t / p_d) = 1 for every proposal. A history or
+  // ban off by one token on either side would reject some.
+  auto run = [](const std::string& draft) {
+    EngineOptions o;
+    o.draft_dir = draft;
+    o.draft_max = 4;
+    o.draft_min = 1;
+    o.page_size = 4;
+    auto engine = make_engine(o);
+    Collector col;
+    for (int i = 0; i < 3; ++i) {
+      GenerateInput in = greedy(prompt_of(9 + 7 * i, i), 10);
+      // Few candidates and a strong penalty: a history one token short on either side would
+      // leave that token's probability in play there and reject a third of the proposals.
+      in.sampling.temperature = 0.8f;
+      in.sampling.top_k = 3;
+      in.sampling.top_p = 0.95f;
+      in.sampling.repetition_penalty = 20.0f;
+      in.sampling.ignore_eos = false;
+      in.sampling.min_tokens = 6;  // eos banned for 6 tokens, on the draft's rows and the target's
+      in.sampling.seed = 100 + uint64_t(i);
+      REQUIRE(engine->submit(uint64_t(i), std::move(in), &col).ok());
+    }
+    engine->run_until_idle();
+    check_pages_free(*engine);
+    return std::move(col.results);
+  };
+  const auto self = run(tiny_model());
+  for (const auto& [id, r] : self) {
+    CAPTURE(id);
+    REQUIRE(r.finish);
+    REQUIRE(r.finish->spec);
+    CHECK(r.finish->spec->proposed > 0);
+    CHECK(r.finish->spec->accepted == r.finish->spec->proposed);
+    CHECK(r.ids.size() >= 6);
+  }
+  // A disagreeing draft: rejections happen, and the same seeds give the same tokens again.
+  const std::string other = make_tiny("tandem-engine-test-tiny-qwen-seed11", 11);
+  const auto first = run(other), second = run(other);
+  int64_t proposed = 0, accepted = 0;
+  for (const auto& [id, r] : first) {
+    CAPTURE(id);
+    REQUIRE(r.finish);
+    proposed += r.finish->spec->proposed;
+    accepted += r.finish->spec->accepted;
+    CHECK(r.ids == second.at(id).ids);
+  }
+  CHECK(accepted < proposed);
+}
+
 namespace {
 
 uint64_t preemptions_of(const Engine& e) {
