@@ -125,6 +125,50 @@ TEST_CASE("two stages with a draft give the single-stage no-draft greedy tokens"
   }
 }
 
+TEST_CASE(
+    "two stages with sampled requests and a self-draft accept every proposal and match one stage") {
+  // Seeded sampling with penalties and a min_tokens ban: the draft's rows and the verify pass's
+  // see the same history on the decode stage, and the first token (sampled on the prefill
+  // stage from the last prompt logits) draws from the same per-request generator as on one
+  // stage, so both pipelines emit the same tokens.
+  auto run = [](bool two_stages) {
+    EngineOptions o;
+    o.model_dir = target_model();
+    if (two_stages) {
+      o.prefill_device = "cpu:0";
+      o.decode_device = "cpu:1";
+    }
+    o.draft_dir = target_model();
+    o.draft_max = 3;
+    o.draft_min = 1;
+    o.page_size = 4;
+    o.prefill_chunk = 8;
+    auto engine = make_engine(o);
+    Collector col;
+    for (int i = 0; i < 3; ++i) {
+      GenerateInput in = greedy(prompt_of(11 + 6 * i, 40 + i), 9);
+      in.sampling.temperature = 0.8f;
+      in.sampling.top_k = 3;
+      in.sampling.repetition_penalty = 20.0f;
+      in.sampling.ignore_eos = false;
+      in.sampling.min_tokens = 5;
+      in.sampling.seed = 7 + uint64_t(i);
+      REQUIRE(engine->submit(uint64_t(i), std::move(in), &col).ok());
+    }
+    engine->run_until_idle();
+    Run r{col.results, engine->status().pools};
+    for (const PoolStatus& p : r.pools) CHECK_MESSAGE(p.used_pages == 0, p.name);
+    return r;
+  };
+  const Run one = run(false), two = run(true);
+  check_spec_counts(two, /*self_draft=*/true);
+  for (const auto& [id, r] : two.results) {
+    CAPTURE(id);
+    CHECK(r.ids.size() >= 5);
+    CHECK(r.ids == one.results.at(id).ids);
+  }
+}
+
 TEST_CASE("a failed or stuck draft KV transfer fails only its request, in all four pools") {
   const std::vector<int32_t> p1 = prompt_of(20, 1), p2 = prompt_of(20, 2);
   EngineOptions ref;
