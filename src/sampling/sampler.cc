@@ -18,17 +18,6 @@ void check_ids(std::span<const int32_t> ids, size_t vocab, const char* what) {
                  vocab);
 }
 
-// vLLM's top-k: keep every token whose logit is at least the k-th largest (ties at the threshold
-// all stay).
-void apply_top_k(std::vector<double>& logits, int32_t k) {
-  if (k <= 0 || size_t(k) >= logits.size()) return;
-  std::vector<double> sorted = logits;
-  std::nth_element(sorted.begin(), sorted.begin() + (k - 1), sorted.end(), std::greater<>());
-  const double threshold = sorted[size_t(k - 1)];
-  for (double& v : logits)
-    if (v < threshold) v = -std::numeric_limits<double>::infinity();
-}
-
 // Softmax in double over the finite entries; -inf entries get probability 0.
 void softmax(const std::vector<double>& logits, std::vector<double>& probs) {
   double max = -std::numeric_limits<double>::infinity();
@@ -40,6 +29,41 @@ void softmax(const std::vector<double>& logits, std::vector<double>& probs) {
     sum += probs[i];
   }
   for (double& p : probs) p /= sum;
+}
+
+// vLLM's top-k (keep every token whose logit is at least the k-th largest; ties at the threshold
+// all stay) followed by softmax, with the cut found on the float logits and only the kept tokens
+// scaled and exponentiated (the rest stay exactly 0, as exp gives them there): dividing by a
+// positive temperature preserves their order, and no two distinct floats meet in double, so
+// `logit >= k-th largest logit` keeps exactly the tokens `scaled >= k-th largest scaled` keeps.
+// The sum runs in index order over the same nonzero terms, so the result is bit-identical
+// (tests/unit/sampling/sampler_test.cc checks it against the two-step form). A row's top-k
+// selection is then over floats, not a copy of doubles: the host's share of a sampled
+// speculative step is mostly this function.
+void top_k_softmax(std::span<const float> logits, float temperature, int32_t k,
+                   std::vector<double>& probs) {
+  constexpr float kNegInfF = -std::numeric_limits<float>::infinity();
+  std::vector<float> sorted(logits.size());  // [vocab] NaN as -inf, for the selection
+  for (size_t i = 0; i < logits.size(); ++i)
+    sorted[i] = std::isnan(logits[i]) ? kNegInfF : logits[i];
+  std::nth_element(sorted.begin(), sorted.begin() + (k - 1), sorted.end(), std::greater<>());
+  const float threshold = sorted[size_t(k - 1)];
+  std::vector<int32_t> kept;  // ids at or above the threshold, in index order
+  double max = -std::numeric_limits<double>::infinity();
+  for (size_t i = 0; i < logits.size(); ++i) {
+    if (std::isnan(logits[i]) || logits[i] < threshold) continue;
+    kept.push_back(int32_t(i));
+    max = std::max(max, double(logits[i]) / double(temperature));
+  }
+  TANDEM_CHECK(std::isfinite(max), "no finite logit left to sample from");
+  std::fill(probs.begin(), probs.end(), 0.0);
+  double sum = 0.0;
+  for (int32_t i : kept) {
+    const double scaled = double(logits[size_t(i)]) / double(temperature);
+    probs[size_t(i)] = std::isfinite(scaled) ? std::exp(scaled - max) : 0.0;
+    sum += probs[size_t(i)];
+  }
+  for (double& p : probs) p /= sum;  // every entry, as softmax divides them
 }
 
 // Keep the smallest set of most likely tokens whose cumulative probability reaches top_p (ties
@@ -126,15 +150,18 @@ void logits_to_probs(std::span<const float> logits, const ResolvedSampling& para
     probs[size_t(argmax_lowest(logits))] = 1.0f;
     return;
   }
-  std::vector<double> scaled(logits.size());  // [vocab] logits / temperature
-  for (size_t i = 0; i < logits.size(); ++i) {
-    // NaN logits are never sampled.
-    scaled[i] = std::isnan(logits[i]) ? -std::numeric_limits<double>::infinity()
-                                      : double(logits[i]) / double(params.temperature);
-  }
-  apply_top_k(scaled, params.top_k);
   std::vector<double> p(logits.size());  // [vocab] probabilities, renormalised after each cut
-  softmax(scaled, p);
+  if (params.top_k > 0 && size_t(params.top_k) < logits.size()) {
+    top_k_softmax(logits, params.temperature, params.top_k, p);
+  } else {
+    std::vector<double> scaled(logits.size());  // [vocab] logits / temperature
+    for (size_t i = 0; i < logits.size(); ++i) {
+      // NaN logits are never sampled.
+      scaled[i] = std::isnan(logits[i]) ? -std::numeric_limits<double>::infinity()
+                                        : double(logits[i]) / double(params.temperature);
+    }
+    softmax(scaled, p);
+  }
   apply_top_p(p, params.top_p);
   apply_min_p(p, params.min_p);
   const double total = std::accumulate(p.begin(), p.end(), 0.0);

@@ -1,7 +1,11 @@
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <numeric>
+#include <random>
 #include <vector>
 
 #include "chi_square.h"
@@ -146,6 +150,75 @@ TEST_CASE("logits_to_probs: temperature, top-k, top-p, min-p") {
   SUBCASE("-inf rows get zero probability") {
     check_probs(probs_of({0.0f, kNegInf, 0.0f}, sampling()), {0.5, 0, 0.5});
   }
+}
+
+namespace {
+
+// logits_to_probs with top-k written the plain way (scale every logit in double, cut at the k-th
+// largest scaled value, softmax over everything): the definition the fast path must equal bit
+// for bit. Top-p, min-p and the final normalisation are shared code, so rows here use top-k only.
+std::vector<float> top_k_reference(const std::vector<float>& logits, float temperature, int k) {
+  const double inf = std::numeric_limits<double>::infinity();
+  std::vector<double> scaled(logits.size());
+  for (size_t i = 0; i < logits.size(); ++i)
+    scaled[i] = std::isnan(logits[i]) ? -inf : double(logits[i]) / double(temperature);
+  std::vector<double> sorted = scaled;
+  std::nth_element(sorted.begin(), sorted.begin() + (k - 1), sorted.end(), std::greater<>());
+  for (double& v : scaled)
+    if (v < sorted[size_t(k - 1)]) v = -inf;
+  double max = -inf;
+  for (double v : scaled) max = std::max(max, v);
+  std::vector<double> p(scaled.size());
+  double sum = 0.0;
+  for (size_t i = 0; i < scaled.size(); ++i) {
+    p[i] = std::isfinite(scaled[i]) ? std::exp(scaled[i] - max) : 0.0;
+    sum += p[i];
+  }
+  for (double& v : p) v /= sum;
+  const double total = std::accumulate(p.begin(), p.end(), 0.0);
+  std::vector<float> out(p.size());
+  for (size_t i = 0; i < p.size(); ++i) out[i] = float(p[i] / total);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("top-k probabilities equal the plain two-step definition bit for bit") {
+  std::mt19937 gen(17);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  int cases = 0;
+  for (size_t vocab : {size_t(5), size_t(64), size_t(1000), size_t(151936)}) {
+    for (int k : {1, 2, 3, 20, 50, 999}) {
+      if (size_t(k) >= vocab) continue;
+      for (float temperature : {0.3f, 0.7f, 1.0f, 1.7f}) {
+        std::vector<float> logits(vocab);
+        for (float& l : logits) l = normal(gen);
+        // Awkward rows: ties at the cut, NaN and -inf entries, fewer finite logits than k,
+        // negative and positive zeros.
+        if (vocab >= 64) {
+          for (size_t i = 0; i < 10; ++i) logits[i * 5] = 4.25f;
+          logits[1] = std::numeric_limits<float>::quiet_NaN();
+          logits[2] = kNegInf;
+          logits[3] = -0.0f;
+          logits[4] = 0.0f;
+        } else if (k >= 3) {
+          logits[0] = kNegInf;
+          logits[1] = std::numeric_limits<float>::quiet_NaN();
+        }
+        CAPTURE(vocab);
+        CAPTURE(k);
+        CAPTURE(temperature);
+        ResolvedSampling p;
+        p.temperature = temperature;
+        p.top_k = k;
+        const std::vector<float> got = probs_of(logits, p);
+        const std::vector<float> want = top_k_reference(logits, temperature, k);
+        CHECK(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0);
+        ++cases;
+      }
+    }
+  }
+  CHECK(cases > 60);
 }
 
 TEST_CASE("greedy: argmax with the lowest id on ties, and no draw") {
