@@ -16,7 +16,9 @@
 #include "kernels/cuda_check.cuh"
 #include "model/model_dir.h"
 #include "runner/runner.h"
+#include "runner_seq.h"
 #include "test_paths.h"
+#include "unit/runner/runner_driver.h"
 
 using namespace tandem;
 
@@ -30,42 +32,9 @@ nlohmann::json load_expected() {
   return nlohmann::json::parse(ss.str());
 }
 
-// max|a - b| / max|b|, NaN fails (the CPU runner tests use the same measure).
-double max_rel(const std::vector<float>& a, const std::vector<float>& b) {
-  double diff = 0, ref = 0;
-  for (size_t i = 0; i < b.size(); ++i) {
-    const double d = std::fabs(double(a[i]) - double(b[i]));
-    diff = std::isnan(d) ? std::numeric_limits<double>::infinity() : std::max(diff, d);
-    ref = std::max(ref, std::fabs(double(b[i])));
-  }
-  return diff / ref;
-}
-
 int32_t argmax(const std::vector<float>& v) {
   return int32_t(std::max_element(v.begin(), v.end()) - v.begin());
 }
-
-// One sequence on a runner: pages 1, 3, 5, ... (even pages stay poisoned between them).
-struct Seq {
-  ModelRunner& r;
-  std::vector<int32_t> tokens;
-  std::vector<int32_t> pages;
-  int32_t cached = 0;
-
-  std::vector<float> step(int32_t q_len) {
-    const int32_t ctx = cached + q_len;
-    while (int32_t(pages.size()) * r.page_size() < ctx)
-      pages.push_back(2 * int32_t(pages.size()) + 1);
-    std::vector<int32_t> toks(tokens.begin() + cached, tokens.begin() + ctx);
-    SeqSlice s{0, q_len, ctx, pages};
-    const std::vector<int32_t> rows = {q_len - 1};
-    r.forward(ForwardBatch{toks, std::span(&s, 1), rows});
-    cached = ctx;
-    std::vector<float> logits(size_t(r.config().vocab_size));
-    r.copy_logits(logits);
-    return logits;
-  }
-};
 
 int32_t sample_greedy(ModelRunner& r) {
   ResolvedSampling greedy;
@@ -96,11 +65,7 @@ void check_model(const std::string& name, const nlohmann::json& expected) {
     auto made = make_runner(*model, opts);
     REQUIRE_MESSAGE(made.ok(), (made.ok() ? "" : made.error().to_string()));
     ModelRunner& r = **made;
-    const KvPoolView view = r.kv_pool_view();
-    for (int l = 0; l < view.num_layers(); ++l) {  // 0xffff bf16 is NaN
-      TANDEM_CUDA_CHECK(cudaMemset(view.k[size_t(l)], 0xff, view.page_bytes * view.num_pages));
-      TANDEM_CUDA_CHECK(cudaMemset(view.v[size_t(l)], 0xff, view.page_bytes * view.num_pages));
-    }
+    gpu_test::poison_kv(r);
     for (int32_t chunk : {1, 7, 64}) {
       for (const auto& c : expected["models"][name]["cases"]) {
         const auto prompt = c["prompt"].get<std::vector<int32_t>>();
@@ -111,11 +76,13 @@ void check_model(const std::string& name, const nlohmann::json& expected) {
         CAPTURE(page_size);
         CAPTURE(chunk);
         CAPTURE(prompt.size());
-        Seq seq{r, prompt, {}, 0};
+        gpu_test::RunnerSeq seq{r, {}, 0};
         std::vector<float> logits;
-        while (seq.cached < int32_t(prompt.size()))
-          logits = seq.step(std::min<int32_t>(chunk, int32_t(prompt.size()) - seq.cached));
-        CHECK(max_rel(logits, want_logits) < logits_tol);
+        while (seq.cached < int32_t(prompt.size())) {
+          const int32_t n = std::min<int32_t>(chunk, int32_t(prompt.size()) - seq.cached);
+          logits = seq.step(std::span(prompt).subspan(size_t(seq.cached), size_t(n)));
+        }
+        CHECK(testing::relative_error(logits, want_logits) < logits_tol);
         std::vector<int32_t> got;
         for (int32_t i = 0; i < new_tokens; ++i) {
           const int32_t next = sample_greedy(r);
@@ -127,8 +94,7 @@ void check_model(const std::string& name, const nlohmann::json& expected) {
           float top = -INFINITY;
           for (float v : logits) top = std::max(top, std::fabs(v));
           CHECK(logits[size_t(next)] - logits[size_t(ref)] <= 2e-2f * top);
-          seq.tokens.push_back(ref);
-          if (i + 1 < new_tokens) logits = seq.step(1);
+          if (i + 1 < new_tokens) logits = seq.step(std::span(&ref, 1));
         }
         if (wide_margin) CHECK(got == want);
       }

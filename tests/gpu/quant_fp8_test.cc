@@ -153,6 +153,28 @@ Output read_output(const Dev<float>& y32, const Dev<__nv_bfloat16>& y16, bool ou
   return o;
 }
 
+// One output type of a GEMV/GEMM: `launch(y)` into poisoned [m, ldy] buffers, the columns past
+// n untouched, the relative error against `ref` within `tol` (returned), a bit-identical rerun.
+template <typename Launch>
+double check_output(int m, int n, int ldy, bool out_f32, const std::vector<double>& ref, double tol,
+                    Launch&& launch) {
+  Dev<float> y32(size_t(m) * ldy);
+  Dev<__nv_bfloat16> y16(size_t(m) * ldy);
+  auto run = [&] {
+    y32.poison();
+    y16.poison();
+    launch(out_f32 ? static_cast<void*>(y32.p) : static_cast<void*>(y16.p));
+    return read_output(y32, y16, out_f32, m, n, ldy);
+  };
+  const Output out = run();
+  CHECK(out.gaps_untouched);
+  const double err = rel_error(out.y, ref);
+  CHECK(err < tol);
+  const Output again = run();
+  CHECK(same_bits(out.y.data(), again.y.data(), out.y.size() * 4));
+  return err;
+}
+
 kernels::Fp8Matrix matrix(const Weight& w, const Dev<uint8_t>& q, const Dev<float>& s) {
   kernels::Fp8Matrix m;
   m.weight = q.p;
@@ -274,20 +296,9 @@ TEST_CASE("fp8 gemv (W8A8, m = 1..4): channel and block weights against fp64") {
         const int ldy = n + 3;
         for (bool out_f32 : {true, false}) {
           CAPTURE(out_f32);
-          Dev<float> y32(size_t(m) * ldy);
-          Dev<__nv_bfloat16> y16(size_t(m) * ldy);
-          auto run = [&] {
-            y32.poison();
-            y16.poison();
-            void* y = out_f32 ? static_cast<void*>(y32.p) : static_cast<void*>(y16.p);
+          check_output(m, n, ldy, out_f32, ref, out_f32 ? 1e-5 : 8e-3, [&](void* y) {
             kernels::launch_fp8_gemv(xq.p, xs.p, group, wm, m, y, ldy, out_f32, nullptr);
-            return read_output(y32, y16, out_f32, m, n, ldy);
-          };
-          const Output out = run();
-          CHECK(out.gaps_untouched);
-          CHECK(rel_error(out.y, ref) < (out_f32 ? 1e-5 : 8e-3));
-          const Output again = run();
-          CHECK(same_bits(out.y.data(), again.y.data(), out.y.size() * 4));
+          });
         }
       }
     }
@@ -313,20 +324,9 @@ TEST_CASE("fp8 gemv_a16 (W8A16, m = 1..4): bf16 activations against fp64") {
         const int ldy = n + 2;
         for (bool out_f32 : {true, false}) {
           CAPTURE(out_f32);
-          Dev<float> y32(size_t(m) * ldy);
-          Dev<__nv_bfloat16> y16(size_t(m) * ldy);
-          auto run = [&] {
-            y32.poison();
-            y16.poison();
-            void* y = out_f32 ? static_cast<void*>(y32.p) : static_cast<void*>(y16.p);
+          check_output(m, n, ldy, out_f32, ref, out_f32 ? 1e-5 : 8e-3, [&](void* y) {
             kernels::launch_fp8_gemv_a16(x.p, wm, m, y, ldy, out_f32, nullptr);
-            return read_output(y32, y16, out_f32, m, n, ldy);
-          };
-          const Output out = run();
-          CHECK(out.gaps_untouched);
-          CHECK(rel_error(out.y, ref) < (out_f32 ? 1e-5 : 8e-3));
-          const Output again = run();
-          CHECK(same_bits(out.y.data(), again.y.data(), out.y.size() * 4));
+          });
         }
       }
     }
@@ -425,22 +425,10 @@ TEST_CASE("Fp8GemmContext: channel and block scales, m in {5, 17, 64, 300}, agai
         const auto xs_h = xs.get<float>();
         const auto ref = reference(e4m3_values(xq.get<uint8_t>()), &xs_h, group, w, m);
         const int ldy = n + 8;
-        Dev<float> y32(size_t(m) * ldy);
-        Dev<__nv_bfloat16> y16(size_t(m) * ldy);
-        auto run = [&] {
-          y32.poison();
-          y16.poison();
-          void* y = out_f32 ? static_cast<void*>(y32.p) : static_cast<void*>(y16.p);
-          ctx.run(xq.p, xs.p, wm, m, y, ldy, out_f32, nullptr);
-          return read_output(y32, y16, out_f32, m, n, ldy);
-        };
-        const Output out = run();
-        CHECK(out.gaps_untouched);
-        const double err = rel_error(out.y, ref);
-        CHECK(err < (out_f32 ? 1e-3 : 8e-3));
+        const double err =
+            check_output(m, n, ldy, out_f32, ref, out_f32 ? 1e-3 : 8e-3,
+                         [&](void* y) { ctx.run(xq.p, xs.p, wm, m, y, ldy, out_f32, nullptr); });
         if (m == 300) std::printf("  m=%d rel_error=%.2e\n", m, err);
-        const Output again = run();
-        CHECK(same_bits(out.y.data(), again.y.data(), out.y.size() * 4));
       }
     }
   }
