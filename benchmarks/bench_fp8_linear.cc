@@ -21,22 +21,14 @@
 #include "kernels/cuda_check.cuh"
 #include "kernels/fp8_linear.cuh"
 #include "kernels/gemm.cuh"
+#include "qwen7b_shapes.h"
 
 using namespace tandem;
 
 namespace {
 
-struct Shape {
-  const char* name;
-  int32_t n, k;
-};
-
-constexpr Shape kShapes[] = {
-    {"qkv_proj", 4608, 3584},
-    {"o_proj", 3584, 3584},
-    {"gate_up_proj", 37888, 3584},
-    {"down_proj", 3584, 18944},
-};
+using Shape = bench::LinearShape;
+constexpr const auto& kShapes = bench::kQwen7bLinears;
 
 constexpr size_t kRotationBytes = size_t(512) << 20;
 constexpr int32_t kPrefillTokens = 2048;

@@ -21,22 +21,14 @@
 #include "kernels/cuda_check.cuh"
 #include "kernels/gemv.cuh"
 #include "kernels/int4_linear.cuh"
+#include "qwen7b_shapes.h"
 
 using namespace tandem;
 
 namespace {
 
-struct Shape {
-  const char* name;
-  int32_t n, k;
-};
-
-constexpr Shape kShapes[] = {
-    {"qkv_proj", 4608, 3584},
-    {"o_proj", 3584, 3584},
-    {"gate_up_proj", 37888, 3584},
-    {"down_proj", 3584, 18944},
-};
+using Shape = bench::LinearShape;
+constexpr const auto& kShapes = bench::kQwen7bLinears;
 
 template <typename T>
 T* device_random(size_t count, uint32_t seed, std::function<T(std::mt19937&)> gen) {

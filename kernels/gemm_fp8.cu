@@ -19,19 +19,10 @@
 #include <map>
 #include <tuple>
 
+#include "cublas_check.cuh"
 #include "cuda_check.cuh"
 #include "fp8_linear.cuh"
 #include "gemm.cuh"
-
-#define TANDEM_CUBLAS_CHECK(call)                                                            \
-  do {                                                                                       \
-    cublasStatus_t st_ = (call);                                                             \
-    if (st_ != CUBLAS_STATUS_SUCCESS) {                                                      \
-      std::fprintf(stderr, "%s:%d: cuBLASLt error %d in %s\n", __FILE__, __LINE__, int(st_), \
-                   #call);                                                                   \
-      std::abort();                                                                          \
-    }                                                                                        \
-  } while (0)
 
 namespace tandem::kernels {
 namespace {
