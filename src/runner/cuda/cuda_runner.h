@@ -78,12 +78,6 @@ class CudaRunner final : public ModelRunner {
   int32_t max_logits_ = 0;
   int32_t max_page_refs_ = 0;
   bool use_graphs_ = true;
-  bool fused_swiglu_ = true;  // decode's gate|up GEMV with SiLU·mul in its epilogue
-  // Split-K decode attention: key slices so that (tokens x KV heads x slices) one-warp blocks
-  // give each SM this many. Swept on the H200 (NOTES.md v8): 2 -> 8 took Qwen2.5-7B decode at
-  // batch 64, 1k context from 10.06 to 7.11 ms a step and batch 16 from 11.0 to 5.87 ms
-  // (batch 1 at 2k/8k unchanged); 16 gave 7.51 ms at batch 64.
-  int64_t decode_blocks_per_sm_ = 8;
   MemoryPlan plan_;                            // set once by make_cuda_runner
   std::atomic<int64_t> graph_bytes_{0};        // measured at each graph instantiation
   std::atomic<int64_t> free_after_graphs_{0};  // driver free bytes after the last one

@@ -320,7 +320,6 @@ Result<DeviceWeights> upload_weights(const ModelConfig& config, const ModelWeigh
     if (!st.ok()) return st.error();
   }
   up.finish();
-  d.bytes = total;
   count_formats(d);
   return d;
 }

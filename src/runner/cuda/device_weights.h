@@ -33,7 +33,6 @@ struct DeviceWeights {
   DeviceBuffer lm_head_own;  // [vocab, hidden] bf16; empty when tied to embed
   DeviceBuffer final_norm;   // [hidden] fp32
   std::vector<DeviceLayer> layers;
-  int64_t bytes = 0;  // as stored in the checkpoint (the progress bar's total)
   // Device bytes by how they are held: "bf16", "f32", "awq int4", "gptq int4", "fp8 e4m3".
   std::vector<std::pair<std::string, int64_t>> bytes_by_format;
 
