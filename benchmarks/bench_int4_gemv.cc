@@ -1,4 +1,5 @@
-// Int4 GEMV bandwidth at Qwen2.5-7B's decode shapes, against the bf16 GEMV and a device copy.
+// Int4 GEMV bandwidth at Qwen2.5-7B's decode shapes, against the bf16 GEMV, cuBLASLt (1-8
+// tokens) and a device copy.
 //
 //   bench_int4_gemv [--iters 200] [--group 128]
 //
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "kernels/cuda_check.cuh"
+#include "kernels/gemm.cuh"
 #include "kernels/gemv.cuh"
 #include "kernels/int4_linear.cuh"
 #include "qwen7b_shapes.h"
@@ -129,6 +131,7 @@ int main(int argc, char** argv) {
     TANDEM_CUDA_CHECK(cudaFree(b));
   }
 
+  kernels::GemmContext gemm;
   for (const Shape& s : kShapes) {
     const int32_t g = group == -1 ? s.k : group;
     const size_t words = size_t((s.n + 15) / 16) * 2 * size_t(s.k);
@@ -193,17 +196,34 @@ int main(int argc, char** argv) {
           device_random<uint16_t>(size_t(s.n) * s.k, 300 + c,
                                   [](std::mt19937& r) { return uint16_t(0x3c00 + r() % 0x7f); })));
     }
-    for (int m = 1; m <= kernels::kGemvMaxTokens; ++m) {
-      const Timing t = time_launches(iters, [&](int i, cudaStream_t stream) {
-        kernels::launch_gemv(xb, ws[size_t(i % bf16_copies)], m, s.n, s.k, y, false, stream);
-      });
-      print({{"kernel", "bf16_gemv"},
-             {"shape", s.name},
-             {"n", s.n},
-             {"k", s.k},
-             {"m", m},
-             {"copies", bf16_copies}},
-            bf16_bytes, t);
+    // The GEMV where the runner takes it (1-2 tokens; SwiGLU-fused on gate|up) and cuBLASLt,
+    // which the runner takes from 3 tokens, at 1-8.
+    const bool gate_up = std::string(s.name) == "gate_up_proj";
+    for (const char* form : {"bf16_gemv", "bf16_cublaslt", "bf16_gemv_swiglu"}) {
+      const std::string f = form;
+      if (f == "bf16_gemv_swiglu" && !gate_up) continue;
+      const int max_m =
+          f == "bf16_cublaslt" ? kernels::kInt4GemvMaxTokens : kernels::kGemvMaxTokens;
+      for (int m = 1; m <= max_m; ++m) {
+        const Timing t = time_launches(iters, [&](int i, cudaStream_t stream) {
+          const __nv_bfloat16* wi = ws[size_t(i % bf16_copies)];
+          auto* yb = reinterpret_cast<__nv_bfloat16*>(y);
+          if (f == "bf16_gemv") {
+            kernels::launch_gemv(xb, wi, m, s.n, s.k, y, false, stream);
+          } else if (f == "bf16_cublaslt") {
+            gemm.run(xb, wi, m, s.n, s.k, y, false, stream);
+          } else {
+            kernels::launch_gemv_swiglu(xb, wi, m, s.n / 2, s.k, yb, stream);
+          }
+        });
+        print({{"kernel", form},
+               {"shape", s.name},
+               {"n", s.n},
+               {"k", s.k},
+               {"m", m},
+               {"copies", bf16_copies}},
+              bf16_bytes, t);
+      }
     }
     for (auto* p : ws) TANDEM_CUDA_CHECK(cudaFree(p));
     TANDEM_CUDA_CHECK(cudaFree(perm));

@@ -1,7 +1,7 @@
 // Paged attention for decode steps (one query token per sequence), GQA-aware and split over the
 // context: a block takes one token, one KV head with all its query heads (K/V read once per group,
 // not once per query head) and one slice of the keys; a second launch merges the slices' partial
-// softmax states. Splits keep the GPU busy at batch 1 with long contexts.
+// softmax states. Splits keep the GPU busy at batch 1.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -15,6 +15,12 @@ namespace tandem::kernels {
 
 constexpr int32_t kDecodeMaxGroup = 8;    // query heads per KV head
 constexpr int32_t kDecodeMaxSplits = 64;  // 8,192 keys in slices of 128 at batch 1
+
+// Head sizes with the tensor-core kernel (one warp per token, KV head and slice, the group's
+// query heads as the rows of an mma); others take a scalar kernel.
+inline bool decode_attention_tensor_cores(int32_t head_dim) {
+  return head_dim == 64 || head_dim == 128;
+}
 
 // Floats of scratch `partials` must hold: num_tokens * num_heads * num_splits * (head_dim + 2).
 // head_dim % 8 == 0, <= 256; num_heads / num_kv_heads <= kDecodeMaxGroup.

@@ -10,10 +10,25 @@
 
 namespace tandem::kernels {
 
-// Measured on the H200 (Qwen2.5-7B decode, benchmarks/NOTES.md): at 2 tokens the GEMV and
+// Measured on the H200 (Qwen2.5-7B decode, benchmarks/NOTES.md v6): at 2 tokens the GEMV and
 // cuBLASLt tie (4.98 ms/step); at 4 and 8 tokens cuBLASLt wins (5.01 vs 6.22, 5.03 vs 9.93 ms),
 // because each warp converts and multiplies every token's activations again per weight load.
 constexpr int32_t kGemvMaxTokens = 2;
+// A tensor-core form for 3-8 tokens (16 weight rows as an mma's A operand, loaded straight
+// from global memory) lost to cuBLASLt at those sizes: 157.6 vs 130.3 us for one 7B layer's
+// Linears at 5 tokens (NOTES.md v9), so it was removed.
+
+// The GEMV input as the RMS-normalised residual stream: each block computes
+// x = bf16(residual · rsqrt(mean(residual²) + eps) · weight) for itself in shared memory, so
+// the norm kernel, its launch and its [m, k] round trip fold into the GEMV that consumes it.
+// The rounding is launch_add_rmsnorm's; its sum of squares runs in another order.
+struct NormedRows {
+  const float* residual;  // [m, k] fp32
+  const float* weight;    // [k] fp32
+  float eps;
+};
+// m * k * 2 bytes of shared memory per block.
+constexpr int32_t kNormedRowsMaxBytes = 48 * 1024;
 
 // k % 8 == 0, 1 <= m <= kGemvMaxTokens. out_f32 picks the output type of y.
 void launch_gemv(const __nv_bfloat16* x,  // [m, k] in
@@ -30,5 +45,18 @@ void launch_gemv_swiglu(const __nv_bfloat16* x,  // [m, k] in
                         int32_t m, int32_t width, int32_t k,
                         __nv_bfloat16* out,  // [m, width] out
                         cudaStream_t stream);
+
+// The same with x = RMSNorm(residual) (see NormedRows).
+void launch_gemv_swiglu(const NormedRows& x, const __nv_bfloat16* w, int32_t m, int32_t width,
+                        int32_t k, __nv_bfloat16* out, cudaStream_t stream);
+
+// o_proj and down_proj for decode: residual[t, r] += bf16(Σ_k x[t, k] · w[r, k]), the residual
+// add of launch_add_rmsnorm (fp32, of the bf16-rounded projection) in the GEMV's epilogue. Each
+// row is one warp's, and x never aliases the residual, so nothing races.
+void launch_gemv_add(const __nv_bfloat16* x,  // [m, k] in
+                     const __nv_bfloat16* w,  // [n, k] in
+                     int32_t m, int32_t n, int32_t k,
+                     float* residual,  // [m, n] in/out
+                     cudaStream_t stream);
 
 }  // namespace tandem::kernels

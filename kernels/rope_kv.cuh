@@ -20,6 +20,54 @@ struct RopeKvShape {
   int32_t page_size = 0;
 };
 
+#ifdef __CUDACC__
+// Where rotated q and k and the v of one step go, and what they need on the way.
+struct RopeKvTarget {
+  const float* bias;  // [(H + 2*KVH) * D], or null
+  const int32_t* positions;
+  const int32_t* slots;
+  const float* inv_freq;
+  RopeKvShape s;
+  __nv_bfloat16* q_out;
+  __nv_bfloat16* k_cache;
+  __nv_bfloat16* v_cache;
+};
+
+// Dims i and i + D/2 of head h (q heads, then k heads, then v heads) of token t, as the q|k|v
+// projection stored them in bf16 (x1, x2, before the bias): bias added, q and k rotated, q to
+// q_out, k and v to the token's KV slot. The one epilogue of launch_rope_kv_write and the
+// fused launch_qkv_rope_gemv, so the two give the same bits.
+__device__ __forceinline__ void rope_store_pair(const RopeKvTarget& a, int t, int h, int i,
+                                                float x1, float x2) {
+  const int D = a.s.head_dim, half = D / 2;
+  const int qk_heads = a.s.num_heads + a.s.num_kv_heads;
+  const int c = h * D + i;
+  if (a.bias != nullptr) {
+    x1 += a.bias[c];
+    x2 += a.bias[c + half];
+  }
+  if (h < qk_heads) {
+    float sn, cs;
+    sincosf(float(a.positions[t]) * a.inv_freq[i], &sn, &cs);
+    const float y1 = x1 * cs - x2 * sn, y2 = x2 * cs + x1 * sn;
+    x1 = y1;
+    x2 = y2;
+  }
+  if (h < a.s.num_heads) {
+    a.q_out[int64_t(t) * a.s.num_heads * D + c] = __float2bfloat16(x1);
+    a.q_out[int64_t(t) * a.s.num_heads * D + c + half] = __float2bfloat16(x2);
+    return;
+  }
+  const int64_t slot = a.slots[t];
+  const int64_t page = slot / a.s.page_size, off = slot % a.s.page_size;
+  const int kh = h < qk_heads ? h - a.s.num_heads : h - qk_heads;
+  __nv_bfloat16* cache = h < qk_heads ? a.k_cache : a.v_cache;
+  const int64_t base = ((page * a.s.num_kv_heads + kh) * a.s.page_size + off) * D;
+  cache[base + i] = __float2bfloat16(x1);
+  cache[base + i + half] = __float2bfloat16(x2);
+}
+#endif
+
 void launch_rope_kv_write(const __nv_bfloat16* qkv,  // [T, (H + 2*KVH) * D] in: q | k | v
                           const float* bias,         // [(H + 2*KVH) * D] in, or null
                           const int32_t* positions,  // [T] in

@@ -5,10 +5,6 @@
 namespace tandem::kernels {
 namespace {
 
-__device__ __forceinline__ float silu_times(float g, float u) {
-  return g / (1.0f + expf(-g)) * u;
-}
-
 __global__ void silu_mul_kernel(const __nv_bfloat16* __restrict__ gate_up, int32_t width,
                                 __nv_bfloat16* __restrict__ out) {
   const int64_t r = blockIdx.y;

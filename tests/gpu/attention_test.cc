@@ -138,7 +138,7 @@ void run_case(const Case& c) {
   // The split-K GQA decode kernel (it is causal by position, so any chunk works).
   if (H / KVH <= kernels::kDecodeMaxGroup) {
     Dev<float> partials(size_t(T) * H * kernels::kDecodeMaxSplits * (D + 2));
-    for (int splits : {1, 3, kernels::kDecodeMaxSplits}) {
+    for (int splits : {1, 3, 4, kernels::kDecodeMaxSplits}) {
       CAPTURE(splits);
       auto run_decode = [&] {
         TANDEM_CUDA_CHECK(cudaMemcpy(dk.p, kc.data(), cache_n * 2, cudaMemcpyHostToDevice));

@@ -31,9 +31,11 @@ std::vector<double> ref_matmul(const std::vector<float>& x, const std::vector<fl
 }  // namespace
 
 TEST_CASE("gemv and cuBLASLt GEMM match fp64 on awkward shapes, bf16 and fp32 outputs") {
+  enum Path { kGemv, kGemm };
   kernels::GemmContext ctx;
   for (int m : {1, 2, 3, 8, 17, 64}) {
-    for (auto [n, k] : {std::pair{100, 264}, std::pair{1027, 72}, std::pair{64, 4096}}) {
+    for (auto [n, k] :
+         {std::pair{100, 264}, std::pair{1027, 72}, std::pair{64, 4096}, std::pair{3000, 3584}}) {
       CAPTURE(m);
       CAPTURE(n);
       CAPTURE(k);
@@ -42,28 +44,44 @@ TEST_CASE("gemv and cuBLASLt GEMM match fp64 on awkward shapes, bf16 and fp32 ou
       const auto ref = ref_matmul(to_f32(xb), to_f32(wb), m, n, k);
       Dev<__nv_bfloat16> x(xb), w(wb);
       for (bool out_f32 : {true, false}) {
-        for (bool use_gemv : {true, false}) {
-          if (use_gemv && m > kernels::kGemvMaxTokens) continue;
-          Dev<float> y32(size_t(m) * n);
-          Dev<__nv_bfloat16> y16(size_t(m) * n);
+        for (Path path : {kGemv, kGemm}) {
+          if (path == kGemv && m > kernels::kGemvMaxTokens) continue;
+          // The GEMVs write with a row stride wider than n: the columns past n must stay
+          // untouched. (cuBLASLt is given the stride the runner gives it, n.)
+          const int ldy = path == kGemm ? n : n + 5;
+          Dev<float> y32(size_t(m) * ldy);
+          Dev<__nv_bfloat16> y16(size_t(m) * ldy);
           auto run = [&] {
             y32.poison();
             y16.poison();
             void* y = out_f32 ? static_cast<void*>(y32.p) : static_cast<void*>(y16.p);
-            if (use_gemv) {
-              kernels::launch_gemv(x.p, w.p, m, n, k, y, out_f32, nullptr);
+            if (path == kGemv) {
+              kernels::launch_gemv(x.p, w.p, m, n, k, y, out_f32, nullptr, ldy);
             } else {
-              ctx.run(x.p, w.p, m, n, k, y, out_f32, nullptr);
+              ctx.run(x.p, w.p, m, n, k, y, out_f32, nullptr, ldy);
             }
             return out_f32 ? y32.get<float>() : to_f32(y16.get<uint16_t>());
           };
-          const auto out = run();
+          const auto full = run();
+          std::vector<float> out;
+          bool pad_kept = true;
+          for (int t = 0; t < m; ++t) {
+            for (int r = 0; r < ldy; ++r) {
+              const float v = full[size_t(t) * ldy + r];
+              if (r < n) {
+                out.push_back(v);
+              } else {
+                pad_kept = pad_kept && !(v == v);  // poison is NaN
+              }
+            }
+          }
           const double err = rel_error(out, ref);
           CAPTURE(out_f32);
-          CAPTURE(use_gemv);
+          CAPTURE(int(path));
           CHECK(err < (out_f32 ? 1e-5 : 8e-3));
+          CHECK(pad_kept);
           const auto again = run();
-          CHECK(same_bits(out.data(), again.data(), out.size() * 4));
+          CHECK(same_bits(full.data(), again.data(), full.size() * 4));
         }
       }
     }
@@ -91,6 +109,64 @@ TEST_CASE("gemv_swiglu equals gemv then silu_mul bit for bit") {
       int nonzero = 0;
       for (uint16_t v : b) nonzero += std::isfinite(bf16_to_f32(v)) && bf16_to_f32(v) != 0.0f;
       CHECK(nonzero > int(b.size()) / 2);
+    }
+  }
+}
+
+TEST_CASE("gemv_add: the residual gains the bf16-rounded projection, as add_rmsnorm adds it") {
+  for (int m : {1, 2}) {
+    for (auto [n, k] : {std::pair{100, 264}, std::pair{896, 4864}, std::pair{3584, 3584}}) {
+      CAPTURE(m);
+      CAPTURE(n);
+      CAPTURE(k);
+      auto xb = random_bf16(size_t(m) * k, 3u + m, 1.0f);
+      auto wb = random_bf16(size_t(n) * k, 9u + n, 0.1f);
+      auto res = random_f32(size_t(m) * n, 21u, -2.0f, 2.0f);
+      Dev<__nv_bfloat16> x(xb), w(wb), y(size_t(m) * n);
+      kernels::launch_gemv(x.p, w.p, m, n, k, y.p, false, nullptr);
+      const auto yb = y.get<uint16_t>();
+      std::vector<float> want(res.size());
+      for (size_t i = 0; i < res.size(); ++i) want[i] = res[i] + bf16_to_f32(yb[i]);
+      Dev<float> dres(res);
+      kernels::launch_gemv_add(x.p, w.p, m, n, k, dres.p, nullptr);
+      const auto got = dres.get<float>();
+      CHECK(same_bits(want.data(), got.data(), want.size() * 4));
+      CHECK(!same_bits(res.data(), got.data(), res.size() * 4));  // it did add
+    }
+  }
+}
+
+TEST_CASE("gemv_swiglu over NormedRows matches add_rmsnorm then gemv_swiglu") {
+  for (int m : {1, 2}) {
+    for (auto [width, k] : {std::pair{40, 264}, std::pair{4864, 896}, std::pair{4736, 3584}}) {
+      CAPTURE(m);
+      CAPTURE(width);
+      CAPTURE(k);
+      const float eps = 1e-6f;
+      auto res = random_f32(size_t(m) * k, 5u + k, -2.0f, 2.0f);
+      auto gamma = random_f32(size_t(k), 8u, 0.5f, 1.5f);
+      auto wb = random_bf16(size_t(2 * width) * k, 13u + width, 0.1f);
+      Dev<float> dres(res), dgamma(gamma);
+      Dev<__nv_bfloat16> w(wb), normed(size_t(m) * k), two(size_t(m) * width),
+          one(size_t(m) * width);
+      two.poison();
+      one.poison();
+      kernels::launch_add_rmsnorm(dres.p, nullptr, dgamma.p, m, k, eps, normed.p, nullptr);
+      kernels::launch_gemv_swiglu(normed.p, w.p, m, width, k, two.p, nullptr);
+      const kernels::NormedRows in{dres.p, dgamma.p, eps};
+      kernels::launch_gemv_swiglu(in, w.p, m, width, k, one.p, nullptr);
+      const auto a = to_f32(two.get<uint16_t>()), b = to_f32(one.get<uint16_t>());
+      // The sums of squares run in another order: an inverse norm one ulp apart may move an
+      // input a bf16 ulp, so the outputs agree to bf16 precision, nearly all bit for bit.
+      CHECK(rel_error(b, std::vector<double>(a.begin(), a.end())) < 2e-3);
+      int equal = 0;
+      for (size_t i = 0; i < a.size(); ++i) equal += a[i] == b[i];
+      CHECK(equal > int(a.size()) * 9 / 10);
+      const auto again = [&] {
+        kernels::launch_gemv_swiglu(in, w.p, m, width, k, one.p, nullptr);
+        return to_f32(one.get<uint16_t>());
+      }();
+      CHECK(same_bits(b.data(), again.data(), b.size() * 4));
     }
   }
 }

@@ -13,6 +13,7 @@
 #include "kernels/gemv.cuh"
 #include "kernels/paged_attention.cuh"
 #include "kernels/prefill_attention.cuh"
+#include "kernels/qkv_rope.cuh"
 #include "kernels/rmsnorm.cuh"
 #include "kernels/rope_kv.cuh"
 #include "kernels/silu_mul.cuh"
@@ -33,6 +34,17 @@ constexpr int64_t kAnchorRefreshNs = 10'000'000'000;  // device-timing clock anc
 // 64, 1k context from 10.06 to 7.11 ms a step and batch 16 from 11.0 to 5.87 ms (batch 1 at
 // 2k/8k unchanged); 16 gave 7.51 ms at batch 64.
 constexpr int64_t kDecodeBlocksPerSm = 8;
+// The tensor-core kernel (head_dim 64 and 128) takes every decode batch, in slices down to one
+// 32-key tile: at batch 1 and 128 tokens the per-query-head kernel, each block serial over
+// all keys, took 24 us a layer on Qwen2.5-7B and 20 us on Qwen2.5-0.5B (ncu, NOTES.md v9).
+constexpr int64_t kDecodeTcMinSliceKeys = 32;
+// Folding the RMSNorms into the GEMVs (CudaRunner::folds_norms) has every block of the
+// consuming GEMV normalise the whole row for itself. Measured on the H200 (NOTES.md v9): a
+// Qwen2.5-0.5B step (896 features) 1.24 -> 1.16 ms; Qwen2.5-7B (3,584) 4.52 -> 4.62 ms at batch
+// 1 and 4.81 -> 5.40 at batch 2, Llama-3.1-8B 5.06 -> 5.17: there each of ~2,400 gate|up
+// blocks reads 28 KB per token from L2 and holds the staged rows in shared memory. At batch 2
+// the 0.5B lost too (1.41 -> 1.43 ms), so only single-token steps fold.
+constexpr int64_t kFoldNormsMaxHidden = 1024;
 
 }  // namespace
 
@@ -107,6 +119,11 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig& config
   Result<DeviceWeights> dw = upload_weights(config, *source, /*progress=*/true);
   if (!dw.ok()) return dw.error();
   r->weights_ = std::move(dw).value();
+  r->bf16_linears_ =
+      std::all_of(r->weights_.layers.begin(), r->weights_.layers.end(), [](const DeviceLayer& l) {
+        return l.qkv.bf16() != nullptr && l.o.bf16() != nullptr && l.gate_up.bf16() != nullptr &&
+               l.down.bf16() != nullptr;
+      });
   const int64_t free_weights = free_now();
   r->plan_.weights_bytes = free_gemm - free_weights;
   r->plan_.weight_bytes_by_format = r->weights_.bytes_by_format;
@@ -336,11 +353,13 @@ void CudaRunner::forward(const ForwardBatch& batch) {
     int32_t max_ctx = 1;
     for (const SeqSlice& q : batch.seqs) max_ctx = std::max(max_ctx, q.context_len);
     const int64_t blocks = std::max<int64_t>(1, int64_t(T) * config_.num_kv_heads);
+    const bool tc = kernels::decode_attention_tensor_cores(int32_t(config_.head_dim));
+    const int64_t min_slice = tc ? kDecodeTcMinSliceKeys : 128;
     int64_t splits = (kDecodeBlocksPerSm * num_sms_ + blocks - 1) / blocks;
-    splits = std::min<int64_t>(splits, (max_ctx + 127) / 128);
+    splits = std::min<int64_t>(splits, (max_ctx + min_slice - 1) / min_slice);
     splits = std::min<int64_t>(splits, kDecodeSplitRows / std::max(T, 1));
     splits = std::clamp<int64_t>(splits, 1, kernels::kDecodeMaxSplits);
-    if (blocks >= num_sms_ || splits >= group) decode_splits_ = int32_t(splits);
+    if (tc || blocks >= num_sms_ || splits >= group) decode_splits_ = int32_t(splits);
   }
   const size_t meta_bytes = size_t(off_page_ids_ + refs) * 4;
   TANDEM_CUDA_CHECK(
@@ -398,39 +417,48 @@ void CudaRunner::run_model(int32_t T, int32_t L) {
 
   kernels::launch_gather_rows_to_f32(weights_.embed.as<__nv_bfloat16>(), meta + off_tokens_, T, H,
                                      residual, stream_);
+  // Single-token decode of a small model through bf16 weights: each RMSNorm folds into the GEMV
+  // that reads it and each residual add into the GEMV that feeds it (5 launches a layer, not 7).
+  const bool fold = folds_norms(T);
   for (int32_t li = 0; li < int32_t(c.num_layers); ++li) {
     const DeviceLayer& w = weights_.layers[size_t(li)];
-    // The previous layer's MLP output joins the residual here.
-    kernels::launch_add_rmsnorm(residual, li == 0 ? nullptr : delta, w.input_norm.as<float>(), T, H,
-                                eps, normed, stream_);
-    linear(normed, w.qkv, T, qkv_.ptr());
     __nv_bfloat16* kc = k_cache_.as<__nv_bfloat16>() + li * layer_kv;
     __nv_bfloat16* vc = v_cache_.as<__nv_bfloat16>() + li * layer_kv;
-    kernels::launch_rope_kv_write(
-        qkv_.as<__nv_bfloat16>(), w.qkv_bias.bytes() > 0 ? w.qkv_bias.as<float>() : nullptr,
-        meta + off_positions_, meta + off_slots_, inv_freq_.as<float>(),
-        kernels::RopeKvShape{T, NH, KVH, D, page_size_}, q_.as<__nv_bfloat16>(), kc, vc, stream_);
-    const kernels::PagedAttentionShape attn_shape{T, NH,         KVH,
-                                                  D, page_size_, 1.0f / std::sqrt(float(D))};
-    if (num_tiles_ > 0) {
-      kernels::launch_prefill_attention(
-          q_.as<__nv_bfloat16>(), kc, vc, meta + off_tile_start_, meta + off_tile_len_, num_tiles_,
-          meta + off_token_seq_, meta + off_positions_, meta + off_seq_page_start_,
-          meta + off_page_ids_, attn_shape, attn_.as<__nv_bfloat16>(), stream_);
-    } else if (decode_splits_ > 0) {
-      kernels::launch_decode_attention(
-          q_.as<__nv_bfloat16>(), kc, vc, meta + off_token_seq_, meta + off_positions_,
-          meta + off_seq_page_start_, meta + off_page_ids_, attn_shape, decode_splits_,
-          attn_partials_.as<float>(), attn_.as<__nv_bfloat16>(), stream_);
+    const float* qkv_bias = w.qkv_bias.bytes() > 0 ? w.qkv_bias.as<float>() : nullptr;
+    const kernels::RopeKvShape rope_shape{T, NH, KVH, D, page_size_};
+    const kernels::NormedRows input_normed{residual, w.input_norm.as<float>(), eps};
+    if (fold) {
+      kernels::launch_qkv_rope_gemv(input_normed, w.qkv.bf16(), H, qkv_bias, meta + off_positions_,
+                                    meta + off_slots_, inv_freq_.as<float>(), rope_shape,
+                                    q_.as<__nv_bfloat16>(), kc, vc, stream_);
     } else {
-      kernels::launch_paged_attention(q_.as<__nv_bfloat16>(), kc, vc, meta + off_token_seq_,
-                                      meta + off_positions_, meta + off_seq_page_start_,
-                                      meta + off_page_ids_, attn_shape, attn_.as<__nv_bfloat16>(),
-                                      stream_);
+      // The previous layer's MLP output joins the residual here.
+      kernels::launch_add_rmsnorm(residual, li == 0 ? nullptr : delta, input_normed.weight, T, H,
+                                  eps, normed, stream_);
+      if (T <= kernels::kGemvMaxTokens && w.qkv.bf16() != nullptr && D % 16 == 0) {
+        // Decode: RoPE and the K/V write in the projection's epilogue (the same bits).
+        kernels::launch_qkv_rope_gemv(normed, w.qkv.bf16(), H, qkv_bias, meta + off_positions_,
+                                      meta + off_slots_, inv_freq_.as<float>(), rope_shape,
+                                      q_.as<__nv_bfloat16>(), kc, vc, stream_);
+      } else {
+        linear(normed, w.qkv, T, qkv_.ptr());
+        kernels::launch_rope_kv_write(qkv_.as<__nv_bfloat16>(), qkv_bias, meta + off_positions_,
+                                      meta + off_slots_, inv_freq_.as<float>(), rope_shape,
+                                      q_.as<__nv_bfloat16>(), kc, vc, stream_);
+      }
+    }
+    attention(T, kc, vc);
+    const kernels::NormedRows post_normed{residual, w.post_attn_norm.as<float>(), eps};
+    if (fold) {
+      kernels::launch_gemv_add(attn_.as<__nv_bfloat16>(), w.o.bf16(), T, H, NH * D, residual,
+                               stream_);
+      kernels::launch_gemv_swiglu(post_normed, w.gate_up.bf16(), T, I, H, act_.as<__nv_bfloat16>(),
+                                  stream_);
+      kernels::launch_gemv_add(act_.as<__nv_bfloat16>(), w.down.bf16(), T, H, I, residual, stream_);
+      continue;
     }
     linear(attn_.as<__nv_bfloat16>(), w.o, T, delta);
-    kernels::launch_add_rmsnorm(residual, delta, w.post_attn_norm.as<float>(), T, H, eps, normed,
-                                stream_);
+    kernels::launch_add_rmsnorm(residual, delta, post_normed.weight, T, H, eps, normed, stream_);
     // Fused: measured 4.55 vs 4.59 ms a 7B step (H200, NOTES.md v8), and the same bits.
     if (T <= kernels::kGemvMaxTokens && w.gate_up.bf16() != nullptr) {
       kernels::launch_gemv_swiglu(normed, w.gate_up.bf16(), T, I, H, act_.as<__nv_bfloat16>(),
@@ -442,8 +470,9 @@ void CudaRunner::run_model(int32_t T, int32_t L) {
     }
     linear(act_.as<__nv_bfloat16>(), w.down, T, delta);
   }
-  kernels::launch_add_rmsnorm(residual, delta, weights_.final_norm.as<float>(), T, H, eps, normed,
-                              stream_);
+  // Folded layers left the residual complete; otherwise the last MLP output joins it here.
+  kernels::launch_add_rmsnorm(residual, fold ? nullptr : delta, weights_.final_norm.as<float>(), T,
+                              H, eps, normed, stream_);
   if (L == 0) return;
   kernels::launch_gather_rows_bf16(normed, meta + off_logit_rows_, L, H,
                                    picked_.as<__nv_bfloat16>(), stream_);
@@ -455,6 +484,36 @@ void CudaRunner::run_model(int32_t T, int32_t L) {
     gemm_->run(picked_.as<__nv_bfloat16>(), weights_.lm_head(), L, int32_t(c.vocab_size), H,
                logits_.ptr(), true, stream_);
   }
+}
+
+void CudaRunner::attention(int32_t T, const __nv_bfloat16* kc, const __nv_bfloat16* vc) {
+  const ModelConfig& c = config_;
+  const int32_t D = int32_t(c.head_dim);
+  const int32_t* meta = meta_dev_.as<int32_t>();
+  const kernels::PagedAttentionShape shape{T, int32_t(c.num_heads), int32_t(c.num_kv_heads),
+                                           D, page_size_,           1.0f / std::sqrt(float(D))};
+  auto* q = q_.as<__nv_bfloat16>();
+  auto* out = attn_.as<__nv_bfloat16>();
+  if (num_tiles_ > 0) {
+    kernels::launch_prefill_attention(q, kc, vc, meta + off_tile_start_, meta + off_tile_len_,
+                                      num_tiles_, meta + off_token_seq_, meta + off_positions_,
+                                      meta + off_seq_page_start_, meta + off_page_ids_, shape, out,
+                                      stream_);
+  } else if (decode_splits_ > 0) {
+    kernels::launch_decode_attention(q, kc, vc, meta + off_token_seq_, meta + off_positions_,
+                                     meta + off_seq_page_start_, meta + off_page_ids_, shape,
+                                     decode_splits_, attn_partials_.as<float>(), out, stream_);
+  } else {
+    kernels::launch_paged_attention(q, kc, vc, meta + off_token_seq_, meta + off_positions_,
+                                    meta + off_seq_page_start_, meta + off_page_ids_, shape, out,
+                                    stream_);
+  }
+}
+
+bool CudaRunner::folds_norms(int32_t T) const {
+  const int64_t H = config_.hidden_size;
+  return T == 1 && bf16_linears_ && H <= kFoldNormsMaxHidden &&
+         H * 2 <= kernels::kNormedRowsMaxBytes && config_.head_dim % 16 == 0;
 }
 
 void CudaRunner::sample(std::span<const SampleRequest> requests, std::span<int32_t> out_tokens) {

@@ -64,6 +64,11 @@ class CudaRunner final : public ModelRunner {
   Status make_linear_scratch();
   // The device work of one forward, reading the metadata already on the device.
   void run_model(int32_t num_tokens, int32_t num_logits);
+  // One layer's attention over the pages (kernel by batch shape: prefill tiles, split-K decode,
+  // or per query head), q_ in, attn_ out.
+  void attention(int32_t num_tokens, const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache);
+  // Whether a forward of this many tokens folds the RMSNorms and residual adds into the GEMVs.
+  bool folds_norms(int32_t num_tokens) const;
   void linear(const __nv_bfloat16* x, const DeviceLinear& w, int32_t m, void* y) {
     run_linear(w, x, m, y, /*out_f32=*/false, linear_scratch_, stream_);
   }
@@ -78,7 +83,8 @@ class CudaRunner final : public ModelRunner {
   int32_t max_logits_ = 0;
   int32_t max_page_refs_ = 0;
   bool use_graphs_ = true;
-  MemoryPlan plan_;                            // set once by make_cuda_runner
+  bool bf16_linears_ = false;  // every layer's Linears are plain bf16 (the GEMV kernels' input)
+  MemoryPlan plan_;            // set once by make_cuda_runner
   std::atomic<int64_t> graph_bytes_{0};        // measured at each graph instantiation
   std::atomic<int64_t> free_after_graphs_{0};  // driver free bytes after the last one
 

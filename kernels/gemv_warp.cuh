@@ -1,0 +1,120 @@
+// Device-side inner loop of the GEMV (gemv.cuh), shared by the plain, residual-adding, SwiGLU
+// and q|k|v-with-RoPE kernels so that all of them sum every output in the same order (their
+// fused/unfused pairs are tested for equal bits), and the RMSNorm prologue of the folded ones.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "block_reduce.cuh"
+#include "gemv.cuh"
+
+namespace tandem::kernels::gemv_warp {
+
+constexpr int kWarps = 8;  // per block
+constexpr int kThreads = kWarps * 32;
+
+// One warp per output row (or R rows), lanes strided over k.
+constexpr int kBytesInFlight = 4;  // 16-byte weight loads in flight per lane, over all R rows
+
+__device__ __forceinline__ void fma8(float& acc, const uint4& w, const uint4& x) {
+  const __nv_bfloat162* w2 = reinterpret_cast<const __nv_bfloat162*>(&w);
+  const __nv_bfloat162* x2 = reinterpret_cast<const __nv_bfloat162*>(&x);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const float2 wf = __bfloat1622float2(w2[j]);
+    const float2 xf = __bfloat1622float2(x2[j]);
+    acc = fmaf(wf.x, xf.x, acc);
+    acc = fmaf(wf.y, xf.y, acc);
+  }
+}
+
+// acc[r][t] = Σ_k rows[r][k] · x[t][k] over the warp (every lane holds the total). Each lane
+// sums features c ≡ lane (mod 32) in ascending order, then the warp reduces by xor shuffles:
+// the order depends on neither R nor the unroll. kSharedX: x is in shared memory (a block
+// staged it), else read through the read-only cache.
+template <int M, int R, bool kSharedX = false, int kUnroll = kBytesInFlight / R>
+__device__ __forceinline__ void dot_rows(const __nv_bfloat16* const (&rows)[R],
+                                         const __nv_bfloat16* __restrict__ x, int k,
+                                         float (&acc)[R][M]) {
+  static_assert(kUnroll >= 1, "R <= kBytesInFlight");
+  const int lane = threadIdx.x & 31;
+  const uint4* x4 = reinterpret_cast<const uint4*>(x);
+  const int k8 = k / 8;
+  const uint4* w4[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    w4[r] = reinterpret_cast<const uint4*>(rows[r]);
+#pragma unroll
+    for (int t = 0; t < M; ++t) acc[r][t] = 0.0f;
+  }
+  int c = lane;
+  for (; c + 32 * (kUnroll - 1) < k8; c += 32 * kUnroll) {
+    uint4 wv[kUnroll][R];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+#pragma unroll
+      for (int r = 0; r < R; ++r) wv[u][r] = __ldcs(w4[r] + c + 32 * u);  // streamed once
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+#pragma unroll
+      for (int t = 0; t < M; ++t) {
+        const uint4 xv = kSharedX ? x4[t * k8 + c + 32 * u] : __ldg(x4 + t * k8 + c + 32 * u);
+#pragma unroll
+        for (int r = 0; r < R; ++r) fma8(acc[r][t], wv[u][r], xv);
+      }
+    }
+  }
+  for (; c < k8; c += 32) {
+    uint4 wv[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) wv[r] = __ldcs(w4[r] + c);
+#pragma unroll
+    for (int t = 0; t < M; ++t) {
+      const uint4 xv = kSharedX ? x4[t * k8 + c] : __ldg(x4 + t * k8 + c);
+#pragma unroll
+      for (int r = 0; r < R; ++r) fma8(acc[r][t], wv[r], xv);
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+#pragma unroll
+    for (int t = 0; t < M; ++t) {
+      for (int o = 16; o > 0; o >>= 1) acc[r][t] += __shfl_xor_sync(0xffffffffu, acc[r][t], o);
+    }
+  }
+}
+
+// The block's GEMV input from the residual stream (NormedRows, gemv.cuh): row t of xs is
+// bf16(residual[t] · rsqrt(mean(residual[t]²) + eps) · weight), the formula and rounding of
+// launch_add_rmsnorm (its sum of squares in another order). Every thread takes part; xs is
+// complete for the whole block on return.
+template <int M>
+__device__ __forceinline__ void stage_normed(const NormedRows& in, int width,
+                                             __nv_bfloat16* __restrict__ xs) {
+  __shared__ float scratch[32];
+  const int w4 = width / 4;
+  const float4* weight = reinterpret_cast<const float4*>(in.weight);
+#pragma unroll
+  for (int t = 0; t < M; ++t) {
+    const float4* row = reinterpret_cast<const float4*>(in.residual + int64_t(t) * width);
+    float ss = 0.0f;
+    for (int c = threadIdx.x; c < w4; c += blockDim.x) {
+      const float4 v = row[c];
+      ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+    }
+    const float inv = rsqrtf(block_sum(ss, scratch) / float(width) + in.eps);
+    for (int c = threadIdx.x; c < w4; c += blockDim.x) {
+      const float4 v = row[c], g = __ldg(weight + c);
+      __nv_bfloat162* out = reinterpret_cast<__nv_bfloat162*>(xs + int64_t(t) * width + 4 * c);
+      out[0] = __floats2bfloat162_rn(v.x * inv * g.x, v.y * inv * g.y);
+      out[1] = __floats2bfloat162_rn(v.z * inv * g.z, v.w * inv * g.w);
+    }
+  }
+  __syncthreads();
+}
+
+}  // namespace tandem::kernels::gemv_warp

@@ -1,0 +1,91 @@
+#include "qkv_rope.cuh"
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "cuda_check.cuh"
+#include "gemv.cuh"
+#include "gemv_warp.cuh"
+
+namespace tandem::kernels {
+namespace {
+
+using gemv_warp::kThreads;
+using gemv_warp::kWarps;
+// Warps per block of the CUDA-core form (two rows each).
+constexpr int kPairWarps = 8;
+
+__device__ __forceinline__ float bf16_round(float v) {
+  return __bfloat162float(__float2bfloat16(v));
+}
+
+// Warp p computes rows c = h·D + i and c + D/2 (p = h·D/2 + i). kNorm: x is
+// RMSNorm(in.residual), staged by the block first (NormedRows).
+template <int M, bool kNorm>
+__global__ void __launch_bounds__(kPairWarps * 32)
+    qkv_rope_kernel(const __nv_bfloat16* __restrict__ x, NormedRows in,
+                    const __nv_bfloat16* __restrict__ w, int32_t k, RopeKvTarget a) {
+  extern __shared__ uint4 staged[];  // [M, k] bf16 when kNorm
+  if constexpr (kNorm) {
+    x = reinterpret_cast<const __nv_bfloat16*>(staged);
+    gemv_warp::stage_normed<M>(in, k, reinterpret_cast<__nv_bfloat16*>(staged));
+  }
+  const int half = a.s.head_dim / 2;
+  const int pairs = (a.s.num_heads + 2 * a.s.num_kv_heads) * half;
+  const int p = blockIdx.x * kPairWarps + (threadIdx.x >> 5);
+  if (p >= pairs) return;
+  const int h = p / half, i = p % half;
+  const int64_t c = int64_t(h) * a.s.head_dim + i;
+  const __nv_bfloat16* rows[2] = {w + c * k, w + (c + half) * k};
+  float acc[2][M];
+  // Two rows with the loads in flight per row of the one-row GEMV: the q|k|v projection is
+  // latency-bound, and half as many warps as rows.
+  gemv_warp::dot_rows<M, 2, kNorm, gemv_warp::kBytesInFlight>(rows, x, k, acc);
+  if ((threadIdx.x & 31) != 0) return;
+#pragma unroll
+  for (int t = 0; t < M; ++t)
+    rope_store_pair(a, t, h, i, bf16_round(acc[0][t]), bf16_round(acc[1][t]));
+}
+
+template <bool kNorm>
+void qkv_rope(const __nv_bfloat16* x, const NormedRows& in, const __nv_bfloat16* w, int32_t k,
+              const RopeKvTarget& a, cudaStream_t stream) {
+  const int32_t m = a.s.num_tokens;
+  if (m < 1 || m > kGemvMaxTokens || k % 8 != 0 || a.s.head_dim % 16 != 0 ||
+      (kNorm && int64_t(m) * k * 2 > kNormedRowsMaxBytes)) {
+    std::fprintf(stderr, "qkv_rope_gemv: unsupported m=%d k=%d head_dim=%d\n", m, k, a.s.head_dim);
+    std::abort();
+  }
+  const int32_t rows = (a.s.num_heads + 2 * a.s.num_kv_heads) * a.s.head_dim;
+  const int blocks = (rows / 2 + kPairWarps - 1) / kPairWarps;
+  const size_t smem = kNorm ? size_t(m) * k * 2 : 0;
+  static_assert(kGemvMaxTokens == 2, "one instantiation per token count");
+  if (m == 1) {
+    qkv_rope_kernel<1, kNorm><<<blocks, kPairWarps * 32, smem, stream>>>(x, in, w, k, a);
+  } else {
+    qkv_rope_kernel<2, kNorm><<<blocks, kPairWarps * 32, smem, stream>>>(x, in, w, k, a);
+  }
+  TANDEM_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void launch_qkv_rope_gemv(const __nv_bfloat16* x, const __nv_bfloat16* w, int32_t k,
+                          const float* bias, const int32_t* positions, const int32_t* slots,
+                          const float* inv_freq, RopeKvShape shape, __nv_bfloat16* q_out,
+                          __nv_bfloat16* k_cache, __nv_bfloat16* v_cache, cudaStream_t stream) {
+  qkv_rope<false>(x, NormedRows{}, w, k,
+                  RopeKvTarget{bias, positions, slots, inv_freq, shape, q_out, k_cache, v_cache},
+                  stream);
+}
+
+void launch_qkv_rope_gemv(const NormedRows& x, const __nv_bfloat16* w, int32_t k, const float* bias,
+                          const int32_t* positions, const int32_t* slots, const float* inv_freq,
+                          RopeKvShape shape, __nv_bfloat16* q_out, __nv_bfloat16* k_cache,
+                          __nv_bfloat16* v_cache, cudaStream_t stream) {
+  qkv_rope<true>(nullptr, x, w, k,
+                 RopeKvTarget{bias, positions, slots, inv_freq, shape, q_out, k_cache, v_cache},
+                 stream);
+}
+
+}  // namespace tandem::kernels
