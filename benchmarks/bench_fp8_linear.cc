@@ -126,7 +126,7 @@ int main(int argc, char** argv) {
     Weights w(s, copies);
     for (bool block : {false, true}) {
       const int32_t group = block ? kernels::kFp8Block : s.k;
-      for (int32_t m : {1, 2, 4}) {
+      for (int32_t m : {1, 2, 4, 5, 8}) {
         const double a8 = time_ms(iters, [&](int i) {
           kernels::launch_fp8_gemv(xq, xs, group, w.matrix(s, i, block), m, y, s.n, false, nullptr);
         });

@@ -169,7 +169,7 @@ int main(int argc, char** argv) {
     TANDEM_CUDA_CHECK(cudaMalloc(&y, size_t(kernels::kInt4GemvMaxTokens) * s.n * 4));
     const auto* xb = reinterpret_cast<const __nv_bfloat16*>(x);
     for (bool act_order : {false, true}) {
-      for (int m : {1, 2, 4, 5, 8}) {
+      for (int m : {1, 2, 4, 5, 8, 16, 20, 32}) {
         const Timing t = time_launches(iters, [&](int i, cudaStream_t stream) {
           kernels::Int4Matrix w = mats[size_t(i % copies)];
           w.perm = act_order ? perm : nullptr;

@@ -295,7 +295,7 @@ void launch_rows(X x, const GemvArgs& a, bool segmented, cudaStream_t stream) {
 // activation conversions per weight byte grow with m.
 template <typename X, typename Out>
 void dispatch_gemv(X x, const GemvArgs& a, int32_t m, bool segmented, cudaStream_t stream) {
-  static_assert(kFp8GemvMaxTokens == 4, "one instantiation per token count");
+  static_assert(kFp8GemvMaxTokens == 8, "one instantiation per token count");
   switch (m) {
     case 1:
       launch_rows<1, 1, X, Out>(x, a, segmented, stream);
@@ -306,8 +306,20 @@ void dispatch_gemv(X x, const GemvArgs& a, int32_t m, bool segmented, cudaStream
     case 3:
       launch_rows<3, 2, X, Out>(x, a, segmented, stream);
       break;
-    default:
+    case 4:
       launch_rows<4, 4, X, Out>(x, a, segmented, stream);
+      break;
+    case 5:
+      launch_rows<5, 4, X, Out>(x, a, segmented, stream);
+      break;
+    case 6:
+      launch_rows<6, 4, X, Out>(x, a, segmented, stream);
+      break;
+    case 7:
+      launch_rows<7, 4, X, Out>(x, a, segmented, stream);
+      break;
+    default:
+      launch_rows<8, 4, X, Out>(x, a, segmented, stream);
       break;
   }
 }

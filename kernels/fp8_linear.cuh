@@ -36,7 +36,9 @@ void launch_fp8_quantize(const __nv_bfloat16* x,  // [m, k] in
                          float* x_scale,  // [m, ceil(k / group)] out
                          cudaStream_t stream);
 
-constexpr int32_t kFp8GemvMaxTokens = 4;
+// Up to a k = 7 speculative verify of one sequence: at 5 rows the cuBLASLt FP8 GEMM took
+// 5.6 ms a Qwen2.5-7B verify on the H200 against 3.3 ms for a decode step.
+constexpr int32_t kFp8GemvMaxTokens = 8;
 
 // W8A8 decode: 1 <= m <= kFp8GemvMaxTokens; `group` as in launch_fp8_quantize. y row t starts
 // at y + t * ldy, bf16 or fp32.

@@ -13,7 +13,6 @@ constexpr int kThreads = kWarps * 32;
 constexpr int kUnroll = 4;  // 16-byte qweight loads per lane per batch; two batches in flight
 // Within the default 48 KB, so several blocks share an SM; larger m * k is staged in chunks.
 constexpr int kSmemBytes = 48 * 1024;
-constexpr int kReduceBytes = kWarps * 16 * kInt4GemvMaxTokens * 4;
 
 // bf16x2 a + b in one instruction (fma with 1.0).
 __device__ __forceinline__ uint32_t bf16x2_add(uint32_t a, uint32_t b) {
@@ -47,6 +46,7 @@ __device__ __forceinline__ uint32_t neg_zero_bits(uint32_t z) {
 
 // The group a warp is in while it walks its k-slice: scale and zero of rows j and j + 8, the
 // next group's prefetched, and the fp32 sum of (q − zero) · x since the group began.
+template <int NT>
 struct GroupWalk {
   const uint32_t* scales;  // this tile's [groups, 8] half2: rows j, j + 8
   const uint16_t* zeros;   // this tile's [groups, 8] byte pairs
@@ -58,7 +58,7 @@ struct GroupWalk {
   uint32_t zero_lo = 0, zero_hi = 0;
   uint32_t next_scales = 0;
   uint16_t next_zeros = 0;
-  float part[4] = {0, 0, 0, 0};
+  float part[NT][4] = {};
 
   __device__ void set(uint32_t s2, uint16_t z2) {
     scale_lo = __half2float(__ushort_as_half(static_cast<unsigned short>(s2 & 0xffffu)));
@@ -78,16 +78,19 @@ struct GroupWalk {
     set(__ldg(scales + group * 8 + j), __ldg(zeros + group * 8 + j));
     prefetch(j);
   }
-  __device__ void flush(float (&acc)[4]) {
-    acc[0] = fmaf(scale_lo, part[0], acc[0]);
-    acc[1] = fmaf(scale_lo, part[1], acc[1]);
-    acc[2] = fmaf(scale_hi, part[2], acc[2]);
-    acc[3] = fmaf(scale_hi, part[3], acc[3]);
+  __device__ void flush(float (&acc)[NT][4]) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) part[i] = 0.0f;
+    for (int nt = 0; nt < NT; ++nt) {
+      acc[nt][0] = fmaf(scale_lo, part[nt][0], acc[nt][0]);
+      acc[nt][1] = fmaf(scale_lo, part[nt][1], acc[nt][1]);
+      acc[nt][2] = fmaf(scale_hi, part[nt][2], acc[nt][2]);
+      acc[nt][3] = fmaf(scale_hi, part[nt][3], acc[nt][3]);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) part[nt][i] = 0.0f;
+    }
   }
   // Before each block: moves to the next group when this one is done.
-  __device__ void step(float (&acc)[4], int j) {
+  __device__ void step(float (&acc)[NT][4], int j) {
     if (left == 0) {
       flush(acc);
       ++group;
@@ -97,13 +100,20 @@ struct GroupWalk {
     }
     --left;
   }
-  // One 32-feature block: two k-steps of 16.
-  __device__ void block(uint32_t w0, uint32_t w1, uint4 xv) {
+  // x fragments of one 32-feature block, one per token tile.
+  struct XFrags {
+    uint4 v[NT];
+  };
+  // One 32-feature block: two k-steps of 16, each unpacked once for all NT token tiles.
+  __device__ void block(uint32_t w0, uint32_t w1, const XFrags& x) {
+    const uint4(&xv)[NT] = x.v;
     uint32_t a[4];
     unpack(w0, zero_lo, zero_hi, a);
-    mma_bf16(part, a, xv.x, xv.y);
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) mma_bf16(part[nt], a, xv[nt].x, xv[nt].y);
     unpack(w1, zero_lo, zero_hi, a);
-    mma_bf16(part, a, xv.z, xv.w);
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) mma_bf16(part[nt], a, xv[nt].z, xv[nt].w);
   }
 };
 
@@ -117,15 +127,18 @@ __host__ __device__ inline int x_stride_words(int chunk) {
 // Stages x[:, c0 .. c0 + kc) in B-fragment order: block b of token t is 32 words at
 // t * stride + b * 16, lane quad position q's four words at q * 4 + s * 2 + (features 8..15 of
 // k-step s), each holding features (2q, 2q + 1) of that half k-step.
+// Rows m .. M - 1 (padding up to a whole token tile) are zeros.
 template <int M>
 __device__ void stage_x(const __nv_bfloat16* __restrict__ x, const int32_t* __restrict__ perm,
-                        int k, int c0, int kc, int stride, uint32_t* xs) {
+                        int m, int k, int c0, int kc, int stride, uint32_t* xs) {
   const int units = kc / 8;  // 8 features each
   for (int u = threadIdx.x; u < M * units; u += kThreads) {
     const int tok = u / units, j = u % units;
     const int f = c0 + 8 * j;
-    uint32_t v[4];
-    if (perm == nullptr) {
+    uint32_t v[4] = {0, 0, 0, 0};
+    if (tok >= m) {
+      // padding
+    } else if (perm == nullptr) {
       const uint4 raw = __ldg(reinterpret_cast<const uint4*>(x + int64_t(tok) * k + f));
       v[0] = raw.x;
       v[1] = raw.y;
@@ -148,10 +161,13 @@ __device__ void stage_x(const __nv_bfloat16* __restrict__ x, const int32_t* __re
 }
 
 // Block: `tiles_per_block` row tiles of 16, each by kWarps / tiles_per_block warps splitting k.
+// M tokens are staged (m of them real, the rest zeros), in NT tiles of 8: each unpacked weight
+// fragment multiplies all of them.
 template <int M, typename Out>
 __global__ void __launch_bounds__(kThreads)
-    int4_gemv_kernel(const __nv_bfloat16* __restrict__ x, Int4Matrix w, int tiles_per_block,
+    int4_gemv_kernel(const __nv_bfloat16* __restrict__ x, Int4Matrix w, int m, int tiles_per_block,
                      int chunk, Out* __restrict__ y, int ldy) {
+  constexpr int NT = (M + 7) / 8;
   extern __shared__ uint4 smem[];
   const int stride = x_stride_words(chunk);
   uint32_t* xs = reinterpret_cast<uint32_t*>(smem);        // [M, stride]
@@ -169,12 +185,12 @@ __global__ void __launch_bounds__(kThreads)
   const int groups = k / w.group_size;
 
   const uint4* qtile = reinterpret_cast<const uint4*>(w.qweight + int64_t(tile) * 2 * k);
-  GroupWalk walk;
+  GroupWalk<NT> walk;
   walk.scales = reinterpret_cast<const uint32_t*>(w.scales) + int64_t(tile) * groups * 8;
   walk.zeros = reinterpret_cast<const uint16_t*>(w.zeros) + int64_t(tile) * groups * 8;
   walk.groups = groups;
   walk.blocks_per_group = w.group_size / 32;
-  float acc[4] = {0, 0, 0, 0};
+  float acc[NT][4] = {};
 
   for (int c0 = 0; c0 < k; c0 += chunk) {
     const int kc = min(chunk, k - c0);
@@ -192,16 +208,27 @@ __global__ void __launch_bounds__(kThreads)
       if (active && p0 + u < p1) cur[u] = __ldcs(qtile + (p0 + u) * 32 + lane);
     if (any) walk.start(2 * p0, j);
     if (c0 > 0) __syncthreads();  // every warp is done with the previous chunk
-    stage_x<M>(x, w.perm, k, c0, kc, stride, xs);
+    stage_x<M>(x, w.perm, m, k, c0, kc, stride, xs);
     __syncthreads();
     if (!any) continue;
 
-    // Lanes j >= M hold no token: they read token M - 1 and multiply zeros.
-    const uint4* xfrag = reinterpret_cast<const uint4*>(xs + min(j, M - 1) * stride) + quad;
-    const uint32_t keep = j < M ? 0xffffffffu : 0u;
+    // Token j of each tile; rows past M (M < 8) read row M - 1 and multiply zeros.
+    const uint4* xfrag[NT];
+    uint32_t keep[NT];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      const int row = nt * 8 + j;
+      xfrag[nt] = reinterpret_cast<const uint4*>(xs + min(row, M - 1) * stride) + quad;
+      keep[nt] = row < M ? 0xffffffffu : 0u;
+    }
     auto x_block = [&](int b) {
-      const uint4 v = xfrag[b * 4];
-      return make_uint4(v.x & keep, v.y & keep, v.z & keep, v.w & keep);
+      typename GroupWalk<NT>::XFrags xv;
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        const uint4 v = xfrag[nt][b * 4];
+        xv.v[nt] = make_uint4(v.x & keep[nt], v.y & keep[nt], v.z & keep[nt], v.w & keep[nt]);
+      }
+      return xv;
     };
     for (int p = p0; p < p1; p += kUnroll) {
       uint4 next[kUnroll] = {};
@@ -231,18 +258,22 @@ __global__ void __launch_bounds__(kThreads)
     walk.flush(acc);
   }
 
-  // C fragment: acc[0..1] row j, tokens 2 * quad + 0..1; acc[2..3] row j + 8.
+  // C fragment of tile nt: acc[nt][0..1] row j, tokens 8 nt + 2 quad + 0..1; [2..3] row j + 8.
 #pragma unroll
-  for (int e = 0; e < 2; ++e) {
-    const int tok = 2 * quad + e;
-    if (tok < M) {
-      red[(warp * 16 + j) * M + tok] = acc[e];
-      red[(warp * 16 + j + 8) * M + tok] = acc[2 + e];
+  for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int tok = nt * 8 + 2 * quad + e;
+      if (tok < M) {
+        red[(warp * 16 + j) * M + tok] = acc[nt][e];
+        red[(warp * 16 + j + 8) * M + tok] = acc[nt][2 + e];
+      }
     }
   }
   __syncthreads();
   for (int o = threadIdx.x; o < tiles_per_block * 16 * M; o += kThreads) {
     const int local = o / (16 * M), row = (o / M) % 16, tok = o % M;
+    if (tok >= m) continue;  // padding
     const int r = (blockIdx.x * tiles_per_block + local) * 16 + row;
     if (r >= w.n) continue;
     float v = 0.0f;
@@ -266,51 +297,48 @@ int multiprocessors() {
 }
 
 template <int M, typename Out>
-void launch_gemv_m(const __nv_bfloat16* x, const Int4Matrix& w, Out* y, int32_t ldy,
+void launch_gemv_m(const __nv_bfloat16* x, const Int4Matrix& w, int32_t m, Out* y, int32_t ldy,
                    cudaStream_t stream) {
   const int tiles = (w.n + 15) / 16;
   // Several tiles per block when there are many: x is staged once for all of them. Few tiles
   // (n <= 16 * 8 * SMs) keep one per block so that every SM has blocks.
   const int sms = multiprocessors();
   const int tiles_per_block = tiles >= 16 * sms ? 4 : tiles >= 8 * sms ? 2 : 1;
-  int chunk = ((kSmemBytes - kReduceBytes) / M - 64) / 2 / 64 * 64;
+  const int reduce_bytes = kWarps * 16 * M * 4;
+  int chunk = ((kSmemBytes - reduce_bytes) / M - 64) / 2 / 64 * 64;
   if (chunk > w.k) chunk = w.k;
-  const size_t smem = size_t(M) * x_stride_words(chunk) * 4 + size_t(kWarps) * 16 * M * 4;
+  const size_t smem = size_t(M) * x_stride_words(chunk) * 4 + size_t(reduce_bytes);
   const int blocks = (tiles + tiles_per_block - 1) / tiles_per_block;
   int4_gemv_kernel<M, Out>
-      <<<blocks, kThreads, smem, stream>>>(x, w, tiles_per_block, chunk, y, ldy);
+      <<<blocks, kThreads, smem, stream>>>(x, w, m, tiles_per_block, chunk, y, ldy);
 }
 
+// Exact instantiations up to one token tile; beyond, whole tiles of 8 with padded rows.
 template <typename Out>
 void dispatch(const __nv_bfloat16* x, const Int4Matrix& w, int32_t m, Out* y, int32_t ldy,
               cudaStream_t stream) {
-  static_assert(kInt4GemvMaxTokens == 8, "one instantiation per token count");
+  static_assert(kInt4GemvMaxTokens == 32, "one instantiation per token count or tile count");
   switch (m) {
     case 1:
-      launch_gemv_m<1>(x, w, y, ldy, stream);
-      break;
+      return launch_gemv_m<1>(x, w, m, y, ldy, stream);
     case 2:
-      launch_gemv_m<2>(x, w, y, ldy, stream);
-      break;
+      return launch_gemv_m<2>(x, w, m, y, ldy, stream);
     case 3:
-      launch_gemv_m<3>(x, w, y, ldy, stream);
-      break;
+      return launch_gemv_m<3>(x, w, m, y, ldy, stream);
     case 4:
-      launch_gemv_m<4>(x, w, y, ldy, stream);
-      break;
+      return launch_gemv_m<4>(x, w, m, y, ldy, stream);
     case 5:
-      launch_gemv_m<5>(x, w, y, ldy, stream);
-      break;
+      return launch_gemv_m<5>(x, w, m, y, ldy, stream);
     case 6:
-      launch_gemv_m<6>(x, w, y, ldy, stream);
-      break;
+      return launch_gemv_m<6>(x, w, m, y, ldy, stream);
     case 7:
-      launch_gemv_m<7>(x, w, y, ldy, stream);
-      break;
-    default:
-      launch_gemv_m<8>(x, w, y, ldy, stream);
-      break;
+      return launch_gemv_m<7>(x, w, m, y, ldy, stream);
+    case 8:
+      return launch_gemv_m<8>(x, w, m, y, ldy, stream);
   }
+  if (m <= 16) return launch_gemv_m<16>(x, w, m, y, ldy, stream);
+  if (m <= 24) return launch_gemv_m<24>(x, w, m, y, ldy, stream);
+  launch_gemv_m<32>(x, w, m, y, ldy, stream);
 }
 
 // One thread per qweight word: its 8 weights, rows j and j + 8 of a tile, to bf16.
