@@ -38,53 +38,30 @@ double now_ms() {
 
 }  // namespace
 
-double DraftLengthPolicy::gain(double acceptance, int32_t k) const {
-  // Tokens per step over the step's cost in plain target steps: verifying k + 1 positions
-  // costs 1 + g·k of them (g ≈ 0 while decode is bandwidth-bound; large where the extra rows
-  // leave a kernel's fast path, e.g. an int4 GEMV past 8 rows) and each draft round c.
-  return expected_tokens(acceptance, k) / (1.0 + k * (verify_growth_ + cost_ratio_));
-}
-
 int32_t DraftLengthPolicy::choose(const Sequence& seq, int32_t batch_size) const {
   if (!config_.enabled || config_.draft_max < 1 || batch_size > config_.max_batch) return 0;
   if (config_.fixed_k > 0) return config_.fixed_k;
+  // Speed-up of k drafts over plain decoding: tokens per step over cost per step, where one
+  // step costs one target pass (verifying k+1 positions costs about the same while decode is
+  // bandwidth-bound) plus k draft passes.
   int32_t best_k = 0;
   double best = 1.0;
   for (int32_t k = std::max(1, config_.draft_min); k <= config_.draft_max; ++k) {
-    const double g = gain(seq.spec_acceptance, k);
-    if (g > best) {
-      best = g;
+    const double gain = expected_tokens(seq.spec_acceptance, k) / (1.0 + k * cost_ratio_);
+    if (gain > best) {
+      best = gain;
       best_k = k;
     }
   }
   // Off for this sequence: every 16th step it probes with draft_min, so acceptance that recovers
-  // (the text became predictable) or a verify that became cheaper is noticed.
+  // (the text became predictable) is noticed.
   if (best_k == 0 && seq.decode_steps % 16 == 15) return std::max(1, config_.draft_min);
   return best_k;
 }
 
-bool DraftLengthPolicy::probe_plain() {
-  if (!config_.enabled || config_.fixed_k > 0) return false;
-  const int32_t due = plain_ms_ > 0 ? kPlainProbeInterval : kFirstPlainProbe;
-  return since_plain_ >= due;
-}
-
-void DraftLengthPolicy::observe_step(int32_t max_k, double draft_round_ms, double target_ms) {
-  if (target_ms <= 0) return;
-  if (max_k == 0) {
-    plain_ms_ = plain_ms_ > 0 ? 0.9 * plain_ms_ + 0.1 * target_ms : target_ms;
-    since_plain_ = 0;
-    return;
-  }
-  ++since_plain_;
-  if (draft_round_ms <= 0) return;
-  // Until a plain step is measured, the verify pass stands in for it (g stays 0).
-  const double plain = plain_ms_ > 0 ? plain_ms_ : target_ms;
-  cost_ratio_ = 0.9 * cost_ratio_ + 0.1 * (draft_round_ms / plain);
-  if (plain_ms_ > 0) {
-    const double growth = std::max(0.0, (target_ms / plain_ms_ - 1.0) / max_k);
-    verify_growth_ = 0.9 * verify_growth_ + 0.1 * growth;
-  }
+void DraftLengthPolicy::observe_costs(double draft_step_ms, double target_step_ms) {
+  if (draft_step_ms <= 0 || target_step_ms <= 0) return;
+  cost_ratio_ = 0.9 * cost_ratio_ + 0.1 * (draft_step_ms / target_step_ms);
 }
 
 int32_t clip_draft_length(const Sequence& seq, int32_t k, int32_t max_model_len) {
@@ -122,13 +99,11 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
   std::vector<std::vector<int32_t>> proposals(n);
   std::vector<std::vector<float>> draft_probs(n);      // [k, W] when sampling
   std::vector<std::pair<Sequence*, int64_t>> catchup;  // (sequence, draft tokens to reach)
-  const bool plain = policy_.probe_plain();
   for (size_t i = 0; i < n; ++i) {
     Sequence& seq = *seqs[i];
     TANDEM_CHECK(seq.pending() == 1);
-    int32_t k = plain ? 0
-                      : clip_draft_length(seq, policy_.choose(seq, int32_t(n)),
-                                          policy_.config().max_model_len);
+    int32_t k =
+        clip_draft_length(seq, policy_.choose(seq, int32_t(n)), policy_.config().max_model_len);
     const int64_t len = int64_t(seq.tokens.size());
     auto lock = lock_pools();
     if (len - seq.draft_computed > policy_.config().catchup_chunk) {
@@ -310,7 +285,7 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
   }
   const double target_ms = now_ms() - t0;
   timing_.verify_end_ns = trace_now_ns();
-  policy_.observe_step(max_k, max_k > 0 ? draft_ms / max_k : 0.0, target_ms);
+  if (max_k > 0) policy_.observe_costs(draft_ms / max_k, target_ms);
   const double accept_t0 = now_ms();
 
   // Sampled sequences: every verify row's processed probabilities, one row per task. Row r of a

@@ -42,37 +42,20 @@ struct SpecStepTimes {
   double accept_ms = 0;      // acceptance on the host
 };
 
-// Chooses k per sequence from its running acceptance and the measured costs of a step: one
-// draft pass, the target's plain pass, and how much longer the target takes to verify k + 1
-// positions than to decode one (docs/speculative.md explains the policy).
+// Chooses k per sequence from its running acceptance and the measured cost of a draft step
+// relative to a target step (docs/speculative.md explains the policy).
 class DraftLengthPolicy {
  public:
-  // Steps between the plain target steps taken to measure the plain cost while speculating
-  // (the first after kFirstPlainProbe): each costs one step's speculation gain.
-  static constexpr int32_t kPlainProbeInterval = 64;
-  static constexpr int32_t kFirstPlainProbe = 8;
-
   explicit DraftLengthPolicy(SpecConfig config) : config_(config) {}
   // 0 = do not speculate this step.
   int32_t choose(const Sequence& seq, int32_t batch_size) const;
-  // Whether this step should be a plain target step for every sequence (no drafts), to measure
-  // the plain cost; counts the step. Never with a fixed k or speculation off.
-  bool probe_plain();
-  // After a step whose longest proposal was max_k (0: a plain step): the draft's time per round
-  // and the target pass's time.
-  void observe_step(int32_t max_k, double draft_round_ms, double target_ms);
-  // Expected speed-up over plain decoding of k drafts at per-token acceptance a.
-  double gain(double acceptance, int32_t k) const;
+  void observe_costs(double draft_step_ms, double target_step_ms);
   double cost_ratio() const { return cost_ratio_; }
-  double verify_growth() const { return verify_growth_; }
   const SpecConfig& config() const { return config_; }
 
  private:
   SpecConfig config_;
-  double cost_ratio_ = 0.1;     // c: draft round / plain target step, EMA of measurements
-  double verify_growth_ = 0.0;  // g: verify(k) = plain · (1 + g·k), EMA; 0 until measured
-  double plain_ms_ = 0.0;       // the target's plain step, EMA; 0 = not measured yet
-  int32_t since_plain_ = 0;     // speculative steps since the last plain one
+  double cost_ratio_ = 0.1;  // draft step / target step, EMA of measurements
 };
 
 // A draft model loaded for a decode stage: its weights, its runner and its own KV pool.
