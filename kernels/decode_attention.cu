@@ -185,13 +185,22 @@ __global__ void __launch_bounds__(32) decode_attention_tc_kernel(
   const int begin = split * chunk, end = min(num_keys, begin + chunk);
   const int32_t* pages = page_ids + seq_page_start[token_seq[t]];
 
-  for (int i = lane; i < 16 * D8; i += 32) {
-    const int r = i / D8, c = (i % D8) * 8;
-    uint4 val = make_uint4(0, 0, 0, 0);
-    if (r < G) {
-      val = *reinterpret_cast<const uint4*>(q + (int64_t(t) * s.num_heads + kvh * G + r) * D + c);
-    }
-    *reinterpret_cast<uint4*>(&sm.q[r][c]) = val;
+  // Every load in flight before the first store: a loop of load-store pairs waits on memory
+  // once per iteration.
+  constexpr int QI = 16 * D8 / 32;
+  uint4 qv[QI];
+#pragma unroll
+  for (int it = 0; it < QI; ++it) {
+    const int r = (lane + 32 * it) / D8, c = ((lane + 32 * it) % D8) * 8;
+    qv[it] =
+        r < G
+            ? *reinterpret_cast<const uint4*>(q + (int64_t(t) * s.num_heads + kvh * G + r) * D + c)
+            : make_uint4(0, 0, 0, 0);
+  }
+#pragma unroll
+  for (int it = 0; it < QI; ++it) {
+    const int r = (lane + 32 * it) / D8, c = ((lane + 32 * it) % D8) * 8;
+    *reinterpret_cast<uint4*>(&sm.q[r][c]) = qv[it];
   }
   __syncwarp();
   uint32_t qa[KC][4];
@@ -206,20 +215,25 @@ __global__ void __launch_bounds__(32) decode_attention_tc_kernel(
   for (int n = 0; n < NT; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
 
   for (int kt = begin; kt < end; kt += kTcKeys) {
+    // Lane j loads key kt + j: one page lookup, then its K and V rows, all in flight; V is
+    // stored after the scores, so its latency hides behind them.
+    const int key = kt + lane;
+    const bool in = key < end;  // zeros past the end: 0 * V, not NaN
+    const int64_t row =
+        in ? ((int64_t(pages[key / s.page_size]) * s.num_kv_heads + kvh) * s.page_size +
+              key % s.page_size) *
+                 D
+           : 0;
+    const uint4* krow = reinterpret_cast<const uint4*>(k_cache + row);
+    const uint4* vrow = reinterpret_cast<const uint4*>(v_cache + row);
+    uint4 kv[D8], vv[D8];
+#pragma unroll
+    for (int c = 0; c < D8; ++c) kv[c] = in ? krow[c] : make_uint4(0, 0, 0, 0);
+#pragma unroll
+    for (int c = 0; c < D8; ++c) vv[c] = in ? vrow[c] : make_uint4(0, 0, 0, 0);
     __syncwarp();  // the previous tile's ldmatrix reads are done
-    for (int i = lane; i < kTcKeys * D8; i += 32) {
-      const int j = i / D8, c = (i % D8) * 8, key = kt + j;
-      uint4 kv = make_uint4(0, 0, 0, 0), vv = make_uint4(0, 0, 0, 0);  // zeros: 0 * V, not NaN
-      if (key < end) {
-        const int64_t page = pages[key / s.page_size];
-        const int64_t base =
-            ((page * s.num_kv_heads + kvh) * s.page_size + key % s.page_size) * D + c;
-        kv = *reinterpret_cast<const uint4*>(k_cache + base);
-        vv = *reinterpret_cast<const uint4*>(v_cache + base);
-      }
-      *reinterpret_cast<uint4*>(&sm.k[j][c]) = kv;
-      *reinterpret_cast<uint4*>(&sm.v[j][c]) = vv;
-    }
+#pragma unroll
+    for (int c = 0; c < D8; ++c) *reinterpret_cast<uint4*>(&sm.k[lane][c * 8]) = kv[c];
     __syncwarp();
     float sc[ST][4];
 #pragma unroll
@@ -251,6 +265,9 @@ __global__ void __launch_bounds__(32) decode_attention_tc_kernel(
     l *= corr;
 #pragma unroll
     for (int n = 0; n < NT; ++n) o[n][0] *= corr, o[n][1] *= corr;
+#pragma unroll
+    for (int c = 0; c < D8; ++c) *reinterpret_cast<uint4*>(&sm.v[lane][c * 8]) = vv[c];
+    __syncwarp();
     uint32_t pa[ST / 2][4];
 #pragma unroll
     for (int j = 0; j < ST; ++j) {
