@@ -170,11 +170,15 @@ struct TcSmem {
 };
 
 template <int D>
-__global__ void __launch_bounds__(32) decode_attention_tc_kernel(
-    const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k_cache,
-    const __nv_bfloat16* __restrict__ v_cache, const int32_t* __restrict__ token_seq,
-    const int32_t* __restrict__ positions, const int32_t* __restrict__ seq_page_start,
-    const int32_t* __restrict__ page_ids, PagedAttentionShape s, float* __restrict__ partials) {
+__global__ void __launch_bounds__(32)
+    decode_attention_tc_kernel(const __nv_bfloat16* __restrict__ q,
+                               const __nv_bfloat16* __restrict__ k_cache,
+                               const __nv_bfloat16* __restrict__ v_cache,
+                               const int32_t* __restrict__ token_seq,
+                               const int32_t* __restrict__ positions,
+                               const int32_t* __restrict__ seq_page_start,
+                               const int32_t* __restrict__ page_ids, PagedAttentionShape s,
+                               float* __restrict__ partials, __nv_bfloat16* __restrict__ out) {
   constexpr int D8 = D / 8, KC = D / 16, NT = D / 8, ST = kTcKeys / 8;
   __shared__ __align__(128) TcSmem<D> sm;
   const int lane = threadIdx.x, g = lane >> 2, tig = lane & 3;
@@ -290,18 +294,27 @@ __global__ void __launch_bounds__(32) decode_attention_tc_kernel(
   }
   l += __shfl_xor_sync(0xffffffffu, l, 1);
   l += __shfl_xor_sync(0xffffffffu, l, 2);
-  if (g < G) {
-    const int h = kvh * G + g;
-    float* part = partials + ((int64_t(t) * s.num_heads + h) * splits + split) * (D + 2);
+  if (g >= G) return;
+  const int h = kvh * G + g;
+  if (splits == 1) {
+    // Nothing to merge: the output itself, with the merge's arithmetic (o · 1 / (l · 1)).
+    __nv_bfloat16* row = out + (int64_t(t) * s.num_heads + h) * D;
 #pragma unroll
     for (int n = 0; n < NT; ++n) {
-      part[n * 8 + tig * 2] = o[n][0];
-      part[n * 8 + tig * 2 + 1] = o[n][1];
+      *reinterpret_cast<__nv_bfloat162*>(row + n * 8 + tig * 2) =
+          __halves2bfloat162(__float2bfloat16(o[n][0] / l), __float2bfloat16(o[n][1] / l));
     }
-    if (tig == 0) {
-      part[D] = m;
-      part[D + 1] = l;
-    }
+    return;
+  }
+  float* part = partials + ((int64_t(t) * s.num_heads + h) * splits + split) * (D + 2);
+#pragma unroll
+  for (int n = 0; n < NT; ++n) {
+    part[n * 8 + tig * 2] = o[n][0];
+    part[n * 8 + tig * 2 + 1] = o[n][1];
+  }
+  if (tig == 0) {
+    part[D] = m;
+    part[D + 1] = l;
   }
 }
 
@@ -309,10 +322,11 @@ template <int D>
 void launch_tc(const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache,
                const int32_t* token_seq, const int32_t* positions, const int32_t* seq_page_start,
                const int32_t* page_ids, PagedAttentionShape shape, int32_t num_splits,
-               float* partials, cudaStream_t stream) {
+               float* partials, __nv_bfloat16* out, cudaStream_t stream) {
   decode_attention_tc_kernel<D>
       <<<dim3(shape.num_tokens, shape.num_kv_heads, num_splits), 32, 0, stream>>>(
-          q, k_cache, v_cache, token_seq, positions, seq_page_start, page_ids, shape, partials);
+          q, k_cache, v_cache, token_seq, positions, seq_page_start, page_ids, shape, partials,
+          out);
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 
@@ -354,14 +368,16 @@ void launch_decode_attention(const __nv_bfloat16* q, const __nv_bfloat16* k_cach
                  shape.head_dim, shape.num_heads, shape.num_kv_heads, num_splits);
     std::abort();
   }
+  // The tensor-core kernel writes the output itself when there is one split.
+  const bool tc = decode_attention_tensor_cores(shape.head_dim);
   switch (shape.head_dim) {
     case 64:
       launch_tc<64>(q, k_cache, v_cache, token_seq, positions, seq_page_start, page_ids, shape,
-                    num_splits, partials, stream);
+                    num_splits, partials, out, stream);
       break;
     case 128:
       launch_tc<128>(q, k_cache, v_cache, token_seq, positions, seq_page_start, page_ids, shape,
-                     num_splits, partials, stream);
+                     num_splits, partials, out, stream);
       break;
     default:  // other head sizes: the scalar kernel
       decode_attention_kernel<<<dim3(shape.num_tokens, shape.num_kv_heads, num_splits), kThreads, 0,
@@ -369,6 +385,7 @@ void launch_decode_attention(const __nv_bfloat16* q, const __nv_bfloat16* k_cach
                                           page_ids, shape, partials);
       TANDEM_CUDA_CHECK_LAUNCH();
   }
+  if (tc && num_splits == 1) return;
   const int threads = (shape.head_dim + 31) / 32 * 32;
   combine_kernel<<<dim3(shape.num_tokens, shape.num_heads), threads, 0, stream>>>(
       partials, shape.head_dim, shape.num_heads, num_splits, out);

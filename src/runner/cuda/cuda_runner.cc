@@ -37,6 +37,7 @@ constexpr int64_t kDecodeBlocksPerSm = 8;
 // The tensor-core kernel (head_dim 64 and 128) takes every decode batch, in slices down to one
 // 32-key tile: at batch 1 and 128 tokens the per-query-head kernel, each block serial over
 // all keys, took 24 us a layer on Qwen2.5-7B and 20 us on Qwen2.5-0.5B (ncu, NOTES.md v9).
+// Minimum slices of 64/128/256 keys measured slower there (7B 3.94/4.05/4.27 vs 3.89 ms).
 constexpr int64_t kDecodeTcMinSliceKeys = 32;
 // Folding the RMSNorms into the GEMVs (CudaRunner::folds_norms) has every block of the
 // consuming GEMV normalise the whole row for itself. Measured on the H200 (NOTES.md v9): a
