@@ -293,35 +293,17 @@ void launch_rows(X x, const GemvArgs& a, bool segmented, cudaStream_t stream) {
 
 // Rows per warp by token count: one row at m = 1 (the most warps in flight), more as the
 // activation conversions per weight byte grow with m.
-template <typename X, typename Out>
+template <int M>
+constexpr int rows_per_warp() {
+  return M == 1 ? 1 : M <= 3 ? 2 : 4;
+}
+
+template <typename X, typename Out, int M = 1>
 void dispatch_gemv(X x, const GemvArgs& a, int32_t m, bool segmented, cudaStream_t stream) {
-  static_assert(kFp8GemvMaxTokens == 8, "one instantiation per token count");
-  switch (m) {
-    case 1:
-      launch_rows<1, 1, X, Out>(x, a, segmented, stream);
-      break;
-    case 2:
-      launch_rows<2, 2, X, Out>(x, a, segmented, stream);
-      break;
-    case 3:
-      launch_rows<3, 2, X, Out>(x, a, segmented, stream);
-      break;
-    case 4:
-      launch_rows<4, 4, X, Out>(x, a, segmented, stream);
-      break;
-    case 5:
-      launch_rows<5, 4, X, Out>(x, a, segmented, stream);
-      break;
-    case 6:
-      launch_rows<6, 4, X, Out>(x, a, segmented, stream);
-      break;
-    case 7:
-      launch_rows<7, 4, X, Out>(x, a, segmented, stream);
-      break;
-    default:
-      launch_rows<8, 4, X, Out>(x, a, segmented, stream);
-      break;
+  if constexpr (M < kFp8GemvMaxTokens) {
+    if (m != M) return dispatch_gemv<X, Out, M + 1>(x, a, m, segmented, stream);
   }
+  launch_rows<M, rows_per_warp<M>(), X, Out>(x, a, segmented, stream);
 }
 
 template <typename X>

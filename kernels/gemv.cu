@@ -13,7 +13,9 @@ using gemv_warp::kWarps;
 // the H200 (7B batch 1 within 0.4%, 0.5B 0.5% slower; NOTES.md v9).
 constexpr int kRowWarps = 8;
 
-template <int M, typename Out>
+// One warp per output row. kAdd: y is the fp32 residual and gains the bf16-rounded result
+// (launch_gemv_add); else y is stored (bf16 or fp32).
+template <int M, typename Out, bool kAdd = false>
 __global__ void __launch_bounds__(kRowWarps * 32)
     gemv_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w, int32_t n,
                 int32_t k, int32_t ldy, Out* __restrict__ y) {
@@ -25,28 +27,14 @@ __global__ void __launch_bounds__(kRowWarps * 32)
   if ((threadIdx.x & 31) != 0) return;
 #pragma unroll
   for (int t = 0; t < M; ++t) {
-    if constexpr (sizeof(Out) == 4) {
+    if constexpr (kAdd) {
+      y[int64_t(t) * ldy + row] += __bfloat162float(__float2bfloat16(acc[0][t]));
+    } else if constexpr (sizeof(Out) == 4) {
       y[int64_t(t) * ldy + row] = acc[0][t];
     } else {
       y[int64_t(t) * ldy + row] = __float2bfloat16(acc[0][t]);
     }
   }
-}
-
-// o_proj / down_proj with the residual add in the epilogue (launch_gemv_add).
-template <int M>
-__global__ void __launch_bounds__(kRowWarps * 32)
-    gemv_add_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w,
-                    int32_t n, int32_t k, float* __restrict__ residual) {
-  const int row = blockIdx.x * kRowWarps + (threadIdx.x >> 5);
-  if (row >= n) return;
-  const __nv_bfloat16* rows[1] = {w + int64_t(row) * k};
-  float acc[1][M];
-  gemv_warp::dot_rows<M, 1>(rows, x, k, acc);
-  if ((threadIdx.x & 31) != 0) return;
-#pragma unroll
-  for (int t = 0; t < M; ++t)
-    residual[int64_t(t) * n + row] += __bfloat162float(__float2bfloat16(acc[0][t]));
 }
 
 // Gate row r and up row r + width per warp; the epilogue rounds both to bf16 first, as the
@@ -142,9 +130,9 @@ void launch_gemv_add(const __nv_bfloat16* x, const __nv_bfloat16* w, int32_t m, 
   }
   const int blocks = (n + kRowWarps - 1) / kRowWarps;
   if (m == 1) {
-    gemv_add_kernel<1><<<blocks, kRowWarps * 32, 0, stream>>>(x, w, n, k, residual);
+    gemv_kernel<1, float, true><<<blocks, kRowWarps * 32, 0, stream>>>(x, w, n, k, n, residual);
   } else {
-    gemv_add_kernel<2><<<blocks, kRowWarps * 32, 0, stream>>>(x, w, n, k, residual);
+    gemv_kernel<2, float, true><<<blocks, kRowWarps * 32, 0, stream>>>(x, w, n, k, n, residual);
   }
   TANDEM_CUDA_CHECK_LAUNCH();
 }

@@ -72,21 +72,13 @@ void qkv_rope(const __nv_bfloat16* x, const NormedRows& in, const __nv_bfloat16*
 }  // namespace
 
 void launch_qkv_rope_gemv(const __nv_bfloat16* x, const __nv_bfloat16* w, int32_t k,
-                          const float* bias, const int32_t* positions, const int32_t* slots,
-                          const float* inv_freq, RopeKvShape shape, __nv_bfloat16* q_out,
-                          __nv_bfloat16* k_cache, __nv_bfloat16* v_cache, cudaStream_t stream) {
-  qkv_rope<false>(x, NormedRows{}, w, k,
-                  RopeKvTarget{bias, positions, slots, inv_freq, shape, q_out, k_cache, v_cache},
-                  stream);
+                          const RopeKvTarget& out, cudaStream_t stream) {
+  qkv_rope<false>(x, NormedRows{}, w, k, out, stream);
 }
 
-void launch_qkv_rope_gemv(const NormedRows& x, const __nv_bfloat16* w, int32_t k, const float* bias,
-                          const int32_t* positions, const int32_t* slots, const float* inv_freq,
-                          RopeKvShape shape, __nv_bfloat16* q_out, __nv_bfloat16* k_cache,
-                          __nv_bfloat16* v_cache, cudaStream_t stream) {
-  qkv_rope<true>(nullptr, x, w, k,
-                 RopeKvTarget{bias, positions, slots, inv_freq, shape, q_out, k_cache, v_cache},
-                 stream);
+void launch_qkv_rope_gemv(const NormedRows& x, const __nv_bfloat16* w, int32_t k,
+                          const RopeKvTarget& out, cudaStream_t stream) {
+  qkv_rope<true>(nullptr, x, w, k, out, stream);
 }
 
 }  // namespace tandem::kernels

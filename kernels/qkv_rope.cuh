@@ -14,26 +14,15 @@
 
 namespace tandem::kernels {
 
-// 1 <= shape.num_tokens <= kGemvMaxTokens, k % 8 == 0, head_dim % 16 == 0. Each warp computes
+// 1 <= out.s.num_tokens <= kGemvMaxTokens, k % 8 == 0, head_dim % 16 == 0. Each warp computes
 // output rows i and i + D/2 of a head together, so that it can rotate them.
 void launch_qkv_rope_gemv(const __nv_bfloat16* x,  // [T, k] in: normalised hidden states
                           const __nv_bfloat16* w,  // [(H + 2*KVH) * D, k] in: q | k | v rows
-                          int32_t k,
-                          const float* bias,         // [(H + 2*KVH) * D] in, or null
-                          const int32_t* positions,  // [T] in
-                          const int32_t* slots,      // [T] in: page_id * page_size + offset
-                          const float* inv_freq,     // [D / 2] in
-                          RopeKvShape shape,
-                          __nv_bfloat16* q_out,    // [T, H * D] out, rotated
-                          __nv_bfloat16* k_cache,  // layer's K pages, written at slots
-                          __nv_bfloat16* v_cache,  // layer's V pages, written at slots
-                          cudaStream_t stream);
+                          int32_t k, const RopeKvTarget& out, cudaStream_t stream);
 
 // The same with x = RMSNorm(residual) (NormedRows, gemv.cuh): the layer's input norm folds in
 // too.
-void launch_qkv_rope_gemv(const NormedRows& x, const __nv_bfloat16* w, int32_t k, const float* bias,
-                          const int32_t* positions, const int32_t* slots, const float* inv_freq,
-                          RopeKvShape shape, __nv_bfloat16* q_out, __nv_bfloat16* k_cache,
-                          __nv_bfloat16* v_cache, cudaStream_t stream);
+void launch_qkv_rope_gemv(const NormedRows& x, const __nv_bfloat16* w, int32_t k,
+                          const RopeKvTarget& out, cudaStream_t stream);
 
 }  // namespace tandem::kernels

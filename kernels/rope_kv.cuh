@@ -20,18 +20,20 @@ struct RopeKvShape {
   int32_t page_size = 0;
 };
 
-#ifdef __CUDACC__
-// Where rotated q and k and the v of one step go, and what they need on the way.
+// Where rotated q and k and the v of one step go, and what they need on the way (the
+// arguments of launch_rope_kv_write after qkv; launch_qkv_rope_gemv takes them as one).
 struct RopeKvTarget {
-  const float* bias;  // [(H + 2*KVH) * D], or null
-  const int32_t* positions;
-  const int32_t* slots;
-  const float* inv_freq;
+  const float* bias;         // [(H + 2*KVH) * D] in, or null
+  const int32_t* positions;  // [T] in
+  const int32_t* slots;      // [T] in: page_id * page_size + offset
+  const float* inv_freq;     // [D / 2] in
   RopeKvShape s;
-  __nv_bfloat16* q_out;
-  __nv_bfloat16* k_cache;
-  __nv_bfloat16* v_cache;
+  __nv_bfloat16* q_out;    // [T, H * D] out, rotated
+  __nv_bfloat16* k_cache;  // layer's K pages, written at slots
+  __nv_bfloat16* v_cache;  // layer's V pages, written at slots
 };
+
+#ifdef __CUDACC__
 
 // Dims i and i + D/2 of head h (q heads, then k heads, then v heads) of token t, as the q|k|v
 // projection stored them in bf16 (x1, x2, before the bias): bias added, q and k rotated, q to

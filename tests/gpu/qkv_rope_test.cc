@@ -62,8 +62,10 @@ TEST_CASE("qkv_rope_gemv equals gemv then rope_kv_write bit for bit") {
           Dev<__nv_bfloat16> q(size_t(m) * H * D), kc(cache), vc(cache);
           q.poison();
           if (fused) {
-            kernels::launch_qkv_rope_gemv(x.p, w.p, c.k, b, dpos.p, dslots.p, dinv.p, shape, q.p,
-                                          kc.p, vc.p, nullptr);
+            kernels::launch_qkv_rope_gemv(
+                x.p, w.p, c.k,
+                kernels::RopeKvTarget{b, dpos.p, dslots.p, dinv.p, shape, q.p, kc.p, vc.p},
+                nullptr);
           } else {
             kernels::launch_gemv(x.p, w.p, m, W, c.k, qkv.p, false, nullptr);
             kernels::launch_rope_kv_write(qkv.p, b, dpos.p, dslots.p, dinv.p, shape, q.p, kc.p,
@@ -119,13 +121,13 @@ TEST_CASE("qkv_rope_gemv over NormedRows matches add_rmsnorm then qkv_rope_gemv"
     auto run = [&](bool folded) {
       Dev<__nv_bfloat16> q(size_t(m) * H * D), kc(cache), vc(cache);
       q.poison();
+      const kernels::RopeKvTarget out{dbias.p, dpos.p, dslots.p, dinv.p, shape, q.p, kc.p, vc.p};
       if (folded) {
-        kernels::launch_qkv_rope_gemv(kernels::NormedRows{dres.p, dgamma.p, eps}, w.p, k, dbias.p,
-                                      dpos.p, dslots.p, dinv.p, shape, q.p, kc.p, vc.p, nullptr);
+        kernels::launch_qkv_rope_gemv(kernels::NormedRows{dres.p, dgamma.p, eps}, w.p, k, out,
+                                      nullptr);
       } else {
         kernels::launch_add_rmsnorm(dres.p, nullptr, dgamma.p, m, k, eps, normed.p, nullptr);
-        kernels::launch_qkv_rope_gemv(normed.p, w.p, k, dbias.p, dpos.p, dslots.p, dinv.p, shape,
-                                      q.p, kc.p, vc.p, nullptr);
+        kernels::launch_qkv_rope_gemv(normed.p, w.p, k, out, nullptr);
       }
       return Out{to_f32(q.get<uint16_t>()), to_f32(kc.get<uint16_t>()), to_f32(vc.get<uint16_t>())};
     };

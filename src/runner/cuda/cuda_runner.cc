@@ -427,20 +427,24 @@ void CudaRunner::run_model(int32_t T, int32_t L) {
     __nv_bfloat16* vc = v_cache_.as<__nv_bfloat16>() + li * layer_kv;
     const float* qkv_bias = w.qkv_bias.bytes() > 0 ? w.qkv_bias.as<float>() : nullptr;
     const kernels::RopeKvShape rope_shape{T, NH, KVH, D, page_size_};
+    const kernels::RopeKvTarget rope_out{qkv_bias,
+                                         meta + off_positions_,
+                                         meta + off_slots_,
+                                         inv_freq_.as<float>(),
+                                         rope_shape,
+                                         q_.as<__nv_bfloat16>(),
+                                         kc,
+                                         vc};
     const kernels::NormedRows input_normed{residual, w.input_norm.as<float>(), eps};
     if (fold) {
-      kernels::launch_qkv_rope_gemv(input_normed, w.qkv.bf16(), H, qkv_bias, meta + off_positions_,
-                                    meta + off_slots_, inv_freq_.as<float>(), rope_shape,
-                                    q_.as<__nv_bfloat16>(), kc, vc, stream_);
+      kernels::launch_qkv_rope_gemv(input_normed, w.qkv.bf16(), H, rope_out, stream_);
     } else {
       // The previous layer's MLP output joins the residual here.
       kernels::launch_add_rmsnorm(residual, li == 0 ? nullptr : delta, input_normed.weight, T, H,
                                   eps, normed, stream_);
       if (T <= kernels::kGemvMaxTokens && w.qkv.bf16() != nullptr && D % 16 == 0) {
         // Decode: RoPE and the K/V write in the projection's epilogue (the same bits).
-        kernels::launch_qkv_rope_gemv(normed, w.qkv.bf16(), H, qkv_bias, meta + off_positions_,
-                                      meta + off_slots_, inv_freq_.as<float>(), rope_shape,
-                                      q_.as<__nv_bfloat16>(), kc, vc, stream_);
+        kernels::launch_qkv_rope_gemv(normed, w.qkv.bf16(), H, rope_out, stream_);
       } else {
         linear(normed, w.qkv, T, qkv_.ptr());
         kernels::launch_rope_kv_write(qkv_.as<__nv_bfloat16>(), qkv_bias, meta + off_positions_,
