@@ -14,32 +14,14 @@ GemmContext::GemmContext(size_t workspace_bytes) : workspace_bytes_(workspace_by
 }
 
 GemmContext::~GemmContext() {
-  for (auto& [key, p] : plans_) {
-    cublasLtMatrixLayoutDestroy(p.l.a);
-    cublasLtMatrixLayoutDestroy(p.l.b);
-    cublasLtMatrixLayoutDestroy(p.l.c);
-    cublasLtMatmulDescDestroy(p.l.op);
-  }
+  for (auto& [key, p] : plans_) destroy_layouts(p.l);
   cudaFree(workspace_);
   cublasLtDestroy(handle_);
 }
 
-// Row-major y[m, n] is column-major y^T[n, m] = w[n, k] (column-major w^T with ld k, transposed)
-// times x^T (column-major [k, m], ld k).
 GemmContext::Layouts GemmContext::make_layouts(int32_t m, int32_t n, int32_t k, bool out_f32,
                                                int32_t ldy) const {
-  Layouts l;
-  TANDEM_CUBLAS_CHECK(cublasLtMatmulDescCreate(&l.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-  TANDEM_CUBLAS_CHECK(
-      cublasLtMatmulDescSetAttribute(l.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
-  TANDEM_CUBLAS_CHECK(
-      cublasLtMatmulDescSetAttribute(l.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
-  TANDEM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l.a, CUDA_R_16BF, k, n, k));
-  TANDEM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l.b, CUDA_R_16BF, k, m, k));
-  TANDEM_CUBLAS_CHECK(
-      cublasLtMatrixLayoutCreate(&l.c, out_f32 ? CUDA_R_32F : CUDA_R_16BF, n, m, ldy));
-  return l;
+  return tn_layouts(m, n, k, CUDA_R_16BF, out_f32 ? CUDA_R_32F : CUDA_R_16BF, ldy);
 }
 
 const cublasLtMatmulAlgo_t& GemmContext::searched(int32_t m_bucket, int32_t n, int32_t k,
@@ -57,10 +39,7 @@ const cublasLtMatmulAlgo_t& GemmContext::searched(int32_t m_bucket, int32_t n, i
   TANDEM_CUBLAS_CHECK(
       cublasLtMatmulAlgoGetHeuristic(handle_, l.op, l.a, l.b, l.c, l.c, pref, 1, &result, &found));
   cublasLtMatmulPreferenceDestroy(pref);
-  cublasLtMatrixLayoutDestroy(l.a);
-  cublasLtMatrixLayoutDestroy(l.b);
-  cublasLtMatrixLayoutDestroy(l.c);
-  cublasLtMatmulDescDestroy(l.op);
+  destroy_layouts(l);
   if (found == 0) {
     std::fprintf(stderr, "cuBLASLt: no algorithm for m=%d n=%d k=%d\n", m_bucket, n, k);
     std::abort();

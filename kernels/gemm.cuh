@@ -11,6 +11,8 @@
 #include <map>
 #include <tuple>
 
+#include "cublaslt_layouts.cuh"
+
 namespace tandem::kernels {
 
 class GemmContext {
@@ -38,14 +40,8 @@ class GemmContext {
   static int32_t bucket(int32_t m) { return m <= 256 ? (m + 15) / 16 * 16 : (m + 63) / 64 * 64; }
 
  private:
-  struct Layouts {
-    cublasLtMatmulDesc_t op = nullptr;
-    cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
-  };
-  struct Plan {
-    Layouts l;
-    cublasLtMatmulAlgo_t algo{};
-  };
+  using Layouts = LtLayouts;
+  using Plan = LtPlan;
   using Key = std::tuple<int32_t, int32_t, int32_t, bool>;               // m, n, k, fp32 output
   using PlanKey = std::tuple<int32_t, int32_t, int32_t, bool, int32_t>;  // Key and ldy
   Layouts make_layouts(int32_t m, int32_t n, int32_t k, bool out_f32, int32_t ldy) const;

@@ -20,6 +20,7 @@
 #include <tuple>
 
 #include "cublas_check.cuh"
+#include "cublaslt_layouts.cuh"
 #include "cuda_check.cuh"
 #include "fp8_linear.cuh"
 #include "gemm.cuh"
@@ -103,14 +104,8 @@ int grid_for(int64_t items, int threads) {
 }  // namespace
 
 struct Fp8GemmContext::Impl {
-  struct Layouts {
-    cublasLtMatmulDesc_t op = nullptr;
-    cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
-  };
-  struct Plan {
-    Layouts l;
-    cublasLtMatmulAlgo_t algo{};
-  };
+  using Layouts = LtLayouts;
+  using Plan = LtPlan;
   // m, n, k, mode, fp32 output, ld of D
   using Key = std::tuple<int32_t, int32_t, int32_t, Mode, bool, int32_t>;
   using ShapeKey = std::tuple<int32_t, int32_t, bool, bool>;  // n, k, block, fp32 output
@@ -153,13 +148,9 @@ struct Fp8GemmContext::Impl {
 
   Layouts make_layouts(int32_t m, int32_t n, int32_t k, Mode mode, bool out_f32,
                        int32_t ldd) const {
-    Layouts l;
-    TANDEM_CUBLAS_CHECK(cublasLtMatmulDescCreate(&l.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-    TANDEM_CUBLAS_CHECK(
-        cublasLtMatmulDescSetAttribute(l.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
-    TANDEM_CUBLAS_CHECK(
-        cublasLtMatmulDescSetAttribute(l.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+    // The unit-scales GEMM always writes fp32 (the epilogue converts).
+    const bool d_f32 = out_f32 || mode == Mode::kUnitScales;
+    Layouts l = tn_layouts(m, n, k, CUDA_R_8F_E4M3, d_f32 ? CUDA_R_32F : CUDA_R_16BF, ldd);
     if (mode != Mode::kUnitScales) {
       const int32_t a_mode = mode == Mode::kBlock ? CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F
                                                   : CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
@@ -173,12 +164,6 @@ struct Fp8GemmContext::Impl {
       // the real ones.
       set_scales(l.op, workspace, workspace);
     }
-    // The unit-scales GEMM always writes fp32 (the epilogue converts).
-    const bool d_f32 = out_f32 || mode == Mode::kUnitScales;
-    TANDEM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l.a, CUDA_R_8F_E4M3, k, n, k));
-    TANDEM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l.b, CUDA_R_8F_E4M3, k, m, k));
-    TANDEM_CUBLAS_CHECK(
-        cublasLtMatrixLayoutCreate(&l.c, d_f32 ? CUDA_R_32F : CUDA_R_16BF, n, m, ldd));
     return l;
   }
 
@@ -187,13 +172,6 @@ struct Fp8GemmContext::Impl {
                                                        &a_scale, sizeof(a_scale)));
     TANDEM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
                                                        &b_scale, sizeof(b_scale)));
-  }
-
-  static void destroy(Layouts& l) {
-    cublasLtMatrixLayoutDestroy(l.a);
-    cublasLtMatrixLayoutDestroy(l.b);
-    cublasLtMatrixLayoutDestroy(l.c);
-    cublasLtMatmulDescDestroy(l.op);
   }
 
   // The heuristic's first algorithm for a row bucket (ld of D = n), or nullptr when cuBLASLt has
@@ -213,7 +191,7 @@ struct Fp8GemmContext::Impl {
     const cublasStatus_t st =
         cublasLtMatmulAlgoGetHeuristic(handle, l.op, l.a, l.b, l.c, l.c, pref, 1, &result, &found);
     cublasLtMatmulPreferenceDestroy(pref);
-    destroy(l);
+    destroy_layouts(l);
     const bool ok = st == CUBLAS_STATUS_SUCCESS && found > 0;
     auto& entry = algos[key];
     entry = {ok, result.algo};
@@ -273,7 +251,7 @@ Fp8GemmContext::Fp8GemmContext(size_t workspace_bytes)
 }
 
 Fp8GemmContext::~Fp8GemmContext() {
-  for (auto& [key, p] : impl_->plans) Impl::destroy(p.l);
+  for (auto& [key, p] : impl_->plans) destroy_layouts(p.l);
   cudaFree(impl_->unit_acc);
   cudaFree(impl_->xs_t);
   cudaFree(impl_->ws_pad);

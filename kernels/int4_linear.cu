@@ -135,16 +135,14 @@ __device__ void stage_x(const __nv_bfloat16* __restrict__ x, const int32_t* __re
   for (int u = threadIdx.x; u < M * units; u += kThreads) {
     const int tok = u / units, j = u % units;
     const int f = c0 + 8 * j;
-    uint32_t v[4] = {0, 0, 0, 0};
-    if (tok >= m) {
-      // padding
-    } else if (perm == nullptr) {
+    uint32_t v[4] = {0, 0, 0, 0};  // padding rows stay zero
+    if (tok < m && perm == nullptr) {
       const uint4 raw = __ldg(reinterpret_cast<const uint4*>(x + int64_t(tok) * k + f));
       v[0] = raw.x;
       v[1] = raw.y;
       v[2] = raw.z;
       v[3] = raw.w;
-    } else {
+    } else if (tok < m) {
       const unsigned short* xt = reinterpret_cast<const unsigned short*>(x) + int64_t(tok) * k;
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
@@ -313,32 +311,20 @@ void launch_gemv_m(const __nv_bfloat16* x, const Int4Matrix& w, int32_t m, Out* 
       <<<blocks, kThreads, smem, stream>>>(x, w, m, tiles_per_block, chunk, y, ldy);
 }
 
-// Exact instantiations up to one token tile; beyond, whole tiles of 8 with padded rows.
-template <typename Out>
+// The instantiation for m tokens: exact up to one tile of 8; beyond, whole tiles with padded
+// rows (16, 24, 32).
+template <int M>
+constexpr int next_tokens() {
+  return M < 8 ? M + 1 : M + 8;
+}
+
+template <typename Out, int M = 1>
 void dispatch(const __nv_bfloat16* x, const Int4Matrix& w, int32_t m, Out* y, int32_t ldy,
               cudaStream_t stream) {
-  static_assert(kInt4GemvMaxTokens == 32, "one instantiation per token count or tile count");
-  switch (m) {
-    case 1:
-      return launch_gemv_m<1>(x, w, m, y, ldy, stream);
-    case 2:
-      return launch_gemv_m<2>(x, w, m, y, ldy, stream);
-    case 3:
-      return launch_gemv_m<3>(x, w, m, y, ldy, stream);
-    case 4:
-      return launch_gemv_m<4>(x, w, m, y, ldy, stream);
-    case 5:
-      return launch_gemv_m<5>(x, w, m, y, ldy, stream);
-    case 6:
-      return launch_gemv_m<6>(x, w, m, y, ldy, stream);
-    case 7:
-      return launch_gemv_m<7>(x, w, m, y, ldy, stream);
-    case 8:
-      return launch_gemv_m<8>(x, w, m, y, ldy, stream);
+  if constexpr (M < kInt4GemvMaxTokens) {
+    if (m > M) return dispatch<Out, next_tokens<M>()>(x, w, m, y, ldy, stream);
   }
-  if (m <= 16) return launch_gemv_m<16>(x, w, m, y, ldy, stream);
-  if (m <= 24) return launch_gemv_m<24>(x, w, m, y, ldy, stream);
-  launch_gemv_m<32>(x, w, m, y, ldy, stream);
+  launch_gemv_m<M>(x, w, m, y, ldy, stream);
 }
 
 // One thread per qweight word: its 8 weights, rows j and j + 8 of a tile, to bf16.

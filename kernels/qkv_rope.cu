@@ -10,8 +10,6 @@
 namespace tandem::kernels {
 namespace {
 
-using gemv_warp::kThreads;
-using gemv_warp::kWarps;
 // Warps per block (two rows each). 4 and 2 measured no faster on the H200 (7B batch 1 within
 // 0.4%; 0.5B 0.5% and 2.5% slower; NOTES.md v9).
 constexpr int kPairWarps = 8;
