@@ -154,23 +154,37 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(
   }
 }
 
-// The same partials on the tensor cores (head_dim % 16 == 0, <= 128): one warp per block, the
-// group's query heads as the 16 rows of an mma tile (rows past the group are zero), keys in
-// tiles of 32 through shared memory, scores, probabilities and the output in registers as in
-// prefill_attention.cu. The scalar kernel above spends G x D FMAs per key on one thread, which
-// made decode compute-bound (NOTES.md v4); here a key costs two mma columns.
+// The same partials on the tensor cores (head_dim % 16 == 0, <= 128). Each warp takes one slice
+// of the keys: the group's query heads are the 16 rows of an mma tile (rows past the group are
+// zero), keys go in tiles of 32 through shared memory, and scores, probabilities and the output
+// stay in registers as in prefill_attention.cu. The scalar kernel above spends G x D FMAs per
+// key on one thread, which made decode compute-bound (NOTES.md v4); here a key costs two mma
+// columns. A block's warps take consecutive slices and merge their states in shared memory, so
+// up to kDecodeMaxWarps slices need no merge launch (one launch at short contexts).
 constexpr int kTcKeys = 32;
 constexpr int kTcPad = 8;
 
 template <int D>
-struct TcSmem {
-  __nv_bfloat16 q[16][D + kTcPad];
-  __nv_bfloat16 k[kTcKeys][D + kTcPad];
-  __nv_bfloat16 v[kTcKeys][D + kTcPad];
+union TcWarpSmem {
+  // The query rows (first 16), then each tile's K rows, then its V rows: each is read into
+  // registers (ldmatrix) before the next is stored.
+  __nv_bfloat16 tile[kTcKeys][D + kTcPad];
+  struct {
+    float o[kG][D];  // unnormalised output of the warp's slice
+    float m[kG], l[kG];
+  } state;
 };
 
+inline int32_t tc_splits(int32_t num_slices) {
+  return (num_slices + kDecodeMaxWarps - 1) / kDecodeMaxWarps;
+}
+inline int32_t tc_warps(int32_t num_slices) {
+  const int32_t splits = tc_splits(num_slices);
+  return (num_slices + splits - 1) / splits;
+}
+
 template <int D>
-__global__ void __launch_bounds__(32)
+__global__ void __launch_bounds__(32 * kDecodeMaxWarps)
     decode_attention_tc_kernel(const __nv_bfloat16* __restrict__ q,
                                const __nv_bfloat16* __restrict__ k_cache,
                                const __nv_bfloat16* __restrict__ v_cache,
@@ -180,13 +194,18 @@ __global__ void __launch_bounds__(32)
                                const int32_t* __restrict__ page_ids, PagedAttentionShape s,
                                float* __restrict__ partials, __nv_bfloat16* __restrict__ out) {
   constexpr int D8 = D / 8, KC = D / 16, NT = D / 8, ST = kTcKeys / 8;
-  __shared__ __align__(128) TcSmem<D> sm;
-  const int lane = threadIdx.x, g = lane >> 2, tig = lane & 3;
+  constexpr int LPR = D8, RPI = 32 / LPR, NI = kTcKeys / RPI;  // K/V rows: lanes, rows, loads
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  TcWarpSmem<D>* warps_sm = reinterpret_cast<TcWarpSmem<D>*>(smem_raw);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, num_warps = blockDim.x >> 5;
+  const int g = lane >> 2, tig = lane & 3;
+  TcWarpSmem<D>& sm = warps_sm[warp];
   const int t = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z, splits = gridDim.z;
   const int G = s.num_heads / s.num_kv_heads;
   const int num_keys = positions[t] + 1;
-  const int chunk = (num_keys + splits - 1) / splits;
-  const int begin = split * chunk, end = min(num_keys, begin + chunk);
+  const int slices = splits * num_warps, slice = split * num_warps + warp;
+  const int chunk = (num_keys + slices - 1) / slices;
+  const int begin = slice * chunk, end = min(num_keys, begin + chunk);
   const int32_t* pages = page_ids + seq_page_start[token_seq[t]];
 
   // Every load in flight before the first store: a loop of load-store pairs waits on memory
@@ -204,13 +223,13 @@ __global__ void __launch_bounds__(32)
 #pragma unroll
   for (int it = 0; it < QI; ++it) {
     const int r = (lane + 32 * it) / D8, c = ((lane + 32 * it) % D8) * 8;
-    *reinterpret_cast<uint4*>(&sm.q[r][c]) = qv[it];
+    *reinterpret_cast<uint4*>(&sm.tile[r][c]) = qv[it];
   }
   __syncwarp();
   uint32_t qa[KC][4];
 #pragma unroll
   for (int kc = 0; kc < KC; ++kc) {
-    ldmatrix_x4(qa[kc], &sm.q[lane & 15][kc * 16 + (lane >> 4) * 8]);
+    ldmatrix_x4(qa[kc], &sm.tile[lane & 15][kc * 16 + (lane >> 4) * 8]);
   }
   // Row g is query head g of the group; row g + 8 is padding (G <= 8) and never written.
   float m = -INFINITY, l = 0.0f;
@@ -219,25 +238,31 @@ __global__ void __launch_bounds__(32)
   for (int n = 0; n < NT; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
 
   for (int kt = begin; kt < end; kt += kTcKeys) {
-    // Lane j loads key kt + j: one page lookup, then its K and V rows, all in flight; V is
-    // stored after the scores, so its latency hides behind them.
+    // Lane j looks up key kt + j's page; then each load instruction covers RPI whole rows
+    // (LPR lanes of 16 bytes per row, the row's offset shuffled from its key's lane), so a warp
+    // reads 2-4 contiguous rows per instruction instead of 32 rows' scattered 16-byte pieces.
+    // Every K and V load is in flight before the first store; V is stored after the scores, so
+    // its latency hides behind them.
     const int key = kt + lane;
-    const bool in = key < end;  // zeros past the end: 0 * V, not NaN
-    const int64_t row =
-        in ? ((int64_t(pages[key / s.page_size]) * s.num_kv_heads + kvh) * s.page_size +
-              key % s.page_size) *
-                 D
-           : 0;
-    const uint4* krow = reinterpret_cast<const uint4*>(k_cache + row);
-    const uint4* vrow = reinterpret_cast<const uint4*>(v_cache + row);
-    uint4 kv[D8], vv[D8];
+    const int64_t my_row =
+        key < end ? ((int64_t(pages[key / s.page_size]) * s.num_kv_heads + kvh) * s.page_size +
+                     key % s.page_size) *
+                        D
+                  : -1;
+    uint4 kv[NI], vv[NI];
 #pragma unroll
-    for (int c = 0; c < D8; ++c) kv[c] = in ? krow[c] : make_uint4(0, 0, 0, 0);
+    for (int i = 0; i < NI; ++i) {
+      const int64_t row = __shfl_sync(0xffffffffu, my_row, i * RPI + lane / LPR);
+      const int64_t at = row + (lane % LPR) * 8;
+      // zeros past the end: 0 * V, not NaN
+      kv[i] = row >= 0 ? *reinterpret_cast<const uint4*>(k_cache + at) : make_uint4(0, 0, 0, 0);
+      vv[i] = row >= 0 ? *reinterpret_cast<const uint4*>(v_cache + at) : make_uint4(0, 0, 0, 0);
+    }
+    __syncwarp();  // the previous ldmatrix reads (query or V rows) are done
 #pragma unroll
-    for (int c = 0; c < D8; ++c) vv[c] = in ? vrow[c] : make_uint4(0, 0, 0, 0);
-    __syncwarp();  // the previous tile's ldmatrix reads are done
-#pragma unroll
-    for (int c = 0; c < D8; ++c) *reinterpret_cast<uint4*>(&sm.k[lane][c * 8]) = kv[c];
+    for (int i = 0; i < NI; ++i) {
+      *reinterpret_cast<uint4*>(&sm.tile[i * RPI + lane / LPR][(lane % LPR) * 8]) = kv[i];
+    }
     __syncwarp();
     float sc[ST][4];
 #pragma unroll
@@ -247,8 +272,8 @@ __global__ void __launch_bounds__(32)
 #pragma unroll
       for (int j = 0; j < ST; j += 2) {
         uint32_t b[4];
-        ldmatrix_x4(b,
-                    &sm.k[j * 8 + (lane & 7) + (lane >> 4) * 8][kc * 16 + ((lane >> 3) & 1) * 8]);
+        ldmatrix_x4(
+            b, &sm.tile[j * 8 + (lane & 7) + (lane >> 4) * 8][kc * 16 + ((lane >> 3) & 1) * 8]);
         mma_bf16(sc[j], qa[kc], b[0], b[1]);
         mma_bf16(sc[j + 1], qa[kc], b[2], b[3]);
       }
@@ -269,8 +294,11 @@ __global__ void __launch_bounds__(32)
     l *= corr;
 #pragma unroll
     for (int n = 0; n < NT; ++n) o[n][0] *= corr, o[n][1] *= corr;
+    __syncwarp();  // the K rows' ldmatrix reads are done
 #pragma unroll
-    for (int c = 0; c < D8; ++c) *reinterpret_cast<uint4*>(&sm.v[lane][c * 8]) = vv[c];
+    for (int i = 0; i < NI; ++i) {
+      *reinterpret_cast<uint4*>(&sm.tile[i * RPI + lane / LPR][(lane % LPR) * 8]) = vv[i];
+    }
     __syncwarp();
     uint32_t pa[ST / 2][4];
 #pragma unroll
@@ -286,7 +314,7 @@ __global__ void __launch_bounds__(32)
       for (int n = 0; n < NT; n += 2) {
         uint32_t b[4];
         ldmatrix_x4_trans(
-            b, &sm.v[c * 16 + (lane & 7) + ((lane >> 3) & 1) * 8][n * 8 + (lane >> 4) * 8]);
+            b, &sm.tile[c * 16 + (lane & 7) + ((lane >> 3) & 1) * 8][n * 8 + (lane >> 4) * 8]);
         mma_bf16(o[n], pa[c], b[0], b[1]);
         mma_bf16(o[n + 1], pa[c], b[2], b[3]);
       }
@@ -294,39 +322,53 @@ __global__ void __launch_bounds__(32)
   }
   l += __shfl_xor_sync(0xffffffffu, l, 1);
   l += __shfl_xor_sync(0xffffffffu, l, 2);
-  if (g >= G) return;
-  const int h = kvh * G + g;
-  if (splits == 1) {
-    // Nothing to merge: the output itself, with the merge's arithmetic (o · 1 / (l · 1)).
-    __nv_bfloat16* row = out + (int64_t(t) * s.num_heads + h) * D;
+
+  // The block's merge: each warp's state into its shared memory (an empty slice leaves m =
+  // -inf, l = 0, o = 0), then the block's threads combine them per (query head, dim).
+  __syncwarp();  // the last V rows' ldmatrix reads are done
+  if (g < G) {
 #pragma unroll
     for (int n = 0; n < NT; ++n) {
-      *reinterpret_cast<__nv_bfloat162*>(row + n * 8 + tig * 2) =
-          __halves2bfloat162(__float2bfloat16(o[n][0] / l), __float2bfloat16(o[n][1] / l));
+      sm.state.o[g][n * 8 + tig * 2] = o[n][0];
+      sm.state.o[g][n * 8 + tig * 2 + 1] = o[n][1];
     }
-    return;
+    if (tig == 0) sm.state.m[g] = m, sm.state.l[g] = l;
   }
-  float* part = partials + ((int64_t(t) * s.num_heads + h) * splits + split) * (D + 2);
-#pragma unroll
-  for (int n = 0; n < NT; ++n) {
-    part[n * 8 + tig * 2] = o[n][0];
-    part[n * 8 + tig * 2 + 1] = o[n][1];
-  }
-  if (tig == 0) {
-    part[D] = m;
-    part[D + 1] = l;
+  __syncthreads();
+  for (int i = threadIdx.x; i < G * D; i += blockDim.x) {
+    const int gi = i / D, d = i % D;
+    float mb = -INFINITY;
+    for (int w = 0; w < num_warps; ++w) mb = fmaxf(mb, warps_sm[w].state.m[gi]);
+    float lb = 0.0f, ob = 0.0f;
+    for (int w = 0; w < num_warps; ++w) {
+      const float f = mb == -INFINITY ? 0.0f : __expf(warps_sm[w].state.m[gi] - mb);
+      lb += warps_sm[w].state.l[gi] * f;
+      ob += warps_sm[w].state.o[gi][d] * f;
+    }
+    const int h = kvh * G + gi;
+    if (splits == 1) {  // nothing left to merge: the output itself
+      out[(int64_t(t) * s.num_heads + h) * D + d] = __float2bfloat16(ob / lb);
+    } else {
+      float* part = partials + ((int64_t(t) * s.num_heads + h) * splits + split) * (D + 2);
+      part[d] = ob;
+      if (d == 0) part[D] = mb, part[D + 1] = lb;
+    }
   }
 }
 
 template <int D>
 void launch_tc(const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache,
                const int32_t* token_seq, const int32_t* positions, const int32_t* seq_page_start,
-               const int32_t* page_ids, PagedAttentionShape shape, int32_t num_splits,
+               const int32_t* page_ids, PagedAttentionShape shape, int32_t num_slices,
                float* partials, __nv_bfloat16* out, cudaStream_t stream) {
-  decode_attention_tc_kernel<D>
-      <<<dim3(shape.num_tokens, shape.num_kv_heads, num_splits), 32, 0, stream>>>(
-          q, k_cache, v_cache, token_seq, positions, seq_page_start, page_ids, shape, partials,
-          out);
+  const int warps = tc_warps(num_slices);
+  const int smem = warps * int(sizeof(TcWarpSmem<D>));
+  // Above 48 KB a kernel must opt in (8 warps at D = 128 take 68 KB; sm_80+ allow 99 KB).
+  TANDEM_CUDA_CHECK(cudaFuncSetAttribute(decode_attention_tc_kernel<D>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  decode_attention_tc_kernel<D><<<dim3(shape.num_tokens, shape.num_kv_heads, tc_splits(num_slices)),
+                                  32 * warps, smem, stream>>>(
+      q, k_cache, v_cache, token_seq, positions, seq_page_start, page_ids, shape, partials, out);
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 
@@ -354,41 +396,46 @@ __global__ void combine_kernel(const float* __restrict__ partials, int D, int nu
 
 }  // namespace
 
+int32_t decode_attention_splits(int32_t head_dim, int32_t num_slices) {
+  return decode_attention_tensor_cores(head_dim) ? tc_splits(num_slices) : num_slices;
+}
+
 void launch_decode_attention(const __nv_bfloat16* q, const __nv_bfloat16* k_cache,
                              const __nv_bfloat16* v_cache, const int32_t* token_seq,
                              const int32_t* positions, const int32_t* seq_page_start,
-                             const int32_t* page_ids, PagedAttentionShape shape, int32_t num_splits,
+                             const int32_t* page_ids, PagedAttentionShape shape, int32_t num_slices,
                              float* partials, __nv_bfloat16* out, cudaStream_t stream) {
   if (shape.num_tokens == 0) return;
+  const bool tc = decode_attention_tensor_cores(shape.head_dim);
   if (shape.head_dim > kMaxD || shape.head_dim % 8 != 0 ||
       shape.num_heads % shape.num_kv_heads != 0 ||
-      shape.num_heads / shape.num_kv_heads > kDecodeMaxGroup || num_splits < 1 ||
-      num_splits > kDecodeMaxSplits) {
-    std::fprintf(stderr, "decode_attention: unsupported head_dim %d / heads %d/%d / splits %d\n",
-                 shape.head_dim, shape.num_heads, shape.num_kv_heads, num_splits);
+      shape.num_heads / shape.num_kv_heads > kDecodeMaxGroup || num_slices < 1 ||
+      num_slices > (tc ? kDecodeMaxSlices : kDecodeMaxSplits)) {
+    std::fprintf(stderr, "decode_attention: unsupported head_dim %d / heads %d/%d / slices %d\n",
+                 shape.head_dim, shape.num_heads, shape.num_kv_heads, num_slices);
     std::abort();
   }
-  // The tensor-core kernel writes the output itself when there is one split.
-  const bool tc = decode_attention_tensor_cores(shape.head_dim);
   switch (shape.head_dim) {
     case 64:
       launch_tc<64>(q, k_cache, v_cache, token_seq, positions, seq_page_start, page_ids, shape,
-                    num_splits, partials, out, stream);
+                    num_slices, partials, out, stream);
       break;
     case 128:
       launch_tc<128>(q, k_cache, v_cache, token_seq, positions, seq_page_start, page_ids, shape,
-                     num_splits, partials, out, stream);
+                     num_slices, partials, out, stream);
       break;
-    default:  // other head sizes: the scalar kernel
-      decode_attention_kernel<<<dim3(shape.num_tokens, shape.num_kv_heads, num_splits), kThreads, 0,
+    default:  // other head sizes: the scalar kernel, one block per slice
+      decode_attention_kernel<<<dim3(shape.num_tokens, shape.num_kv_heads, num_slices), kThreads, 0,
                                 stream>>>(q, k_cache, v_cache, token_seq, positions, seq_page_start,
                                           page_ids, shape, partials);
       TANDEM_CUDA_CHECK_LAUNCH();
   }
-  if (tc && num_splits == 1) return;
+  // The tensor-core kernel writes the output itself when its blocks hold every slice.
+  const int32_t splits = decode_attention_splits(shape.head_dim, num_slices);
+  if (tc && splits == 1) return;
   const int threads = (shape.head_dim + 31) / 32 * 32;
   combine_kernel<<<dim3(shape.num_tokens, shape.num_heads), threads, 0, stream>>>(
-      partials, shape.head_dim, shape.num_heads, num_splits, out);
+      partials, shape.head_dim, shape.num_heads, splits, out);
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 

@@ -1,7 +1,9 @@
 // Paged attention for decode steps (one query token per sequence), GQA-aware and split over the
-// context: a block takes one token, one KV head with all its query heads (K/V read once per group,
-// not once per query head) and one slice of the keys; a second launch merges the slices' partial
-// softmax states. Splits keep the GPU busy at batch 1.
+// context into slices: a warp takes one token, one KV head with all its query heads (K/V read
+// once per group, not once per query head) and one slice of the keys. Slices keep the GPU busy
+// at batch 1. With the tensor-core kernel a block holds up to kDecodeMaxWarps consecutive
+// slices and merges them in shared memory; only more slices than that (long contexts) leave
+// partial softmax states per block ("splits") for a second launch to merge.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -14,16 +16,25 @@
 namespace tandem::kernels {
 
 constexpr int32_t kDecodeMaxGroup = 8;    // query heads per KV head
-constexpr int32_t kDecodeMaxSplits = 64;  // 8,192 keys in slices of 128 at batch 1
+constexpr int32_t kDecodeMaxSplits = 64;  // partial states per (token, head)
+constexpr int32_t kDecodeMaxWarps = 8;    // slices one tensor-core block merges itself
+constexpr int32_t kDecodeMaxSlices = kDecodeMaxSplits * kDecodeMaxWarps;
 
 // Head sizes with the tensor-core kernel (one warp per token, KV head and slice, the group's
-// query heads as the rows of an mma); others take a scalar kernel.
+// query heads as the rows of an mma); others take a scalar kernel (one block per slice, at most
+// kDecodeMaxSplits slices).
 inline bool decode_attention_tensor_cores(int32_t head_dim) {
   return head_dim == 64 || head_dim == 128;
 }
 
-// Floats of scratch `partials` must hold: num_tokens * num_heads * num_splits * (head_dim + 2).
-// head_dim % 8 == 0, <= 256; num_heads / num_kv_heads <= kDecodeMaxGroup.
+// Partial states per (token, head) that `num_slices` leave for the merge (1: none, the kernel
+// writes the output itself; the scalar kernel always merges).
+int32_t decode_attention_splits(int32_t head_dim, int32_t num_slices);
+
+// Floats of scratch `partials` must hold: num_tokens * num_heads * splits * (head_dim + 2), with
+// splits = decode_attention_splits(head_dim, num_slices) <= kDecodeMaxSplits. head_dim % 8 == 0,
+// <= 256; num_heads / num_kv_heads <= kDecodeMaxGroup; num_slices <= kDecodeMaxSlices (tensor
+// cores) or kDecodeMaxSplits (scalar).
 void launch_decode_attention(const __nv_bfloat16* q,         // [T, H * D] in
                              const __nv_bfloat16* k_cache,   // layer's K pages (rope_kv.cuh)
                              const __nv_bfloat16* v_cache,   // layer's V pages
@@ -31,7 +42,7 @@ void launch_decode_attention(const __nv_bfloat16* q,         // [T, H * D] in
                              const int32_t* positions,       // [T] in
                              const int32_t* seq_page_start,  // [S] in
                              const int32_t* page_ids,        // [sum of pages] in
-                             PagedAttentionShape shape, int32_t num_splits,
+                             PagedAttentionShape shape, int32_t num_slices,
                              float* partials,     // scratch, see above
                              __nv_bfloat16* out,  // [T, H * D] out
                              cudaStream_t stream);

@@ -135,11 +135,18 @@ void run_case(const Case& c) {
   const auto again = run();
   CHECK(same_bits(out.data(), again.data(), out.size() * 4));
 
-  // The split-K GQA decode kernel (it is causal by position, so any chunk works).
+  // The split-K GQA decode kernel (it is causal by position, so any chunk works). Tensor-core
+  // slices: one warp; a block of 3 / 8 merging in shared memory; 2 blocks of 5 merged by the
+  // second launch (empty slices among them); the most. Scalar: 1, 3, 4, the most.
   if (H / KVH <= kernels::kDecodeMaxGroup) {
+    const bool tc = kernels::decode_attention_tensor_cores(D);
     Dev<float> partials(size_t(T) * H * kernels::kDecodeMaxSplits * (D + 2));
-    for (int splits : {1, 3, 4, kernels::kDecodeMaxSplits}) {
-      CAPTURE(splits);
+    const std::vector<int> slice_counts =
+        tc ? std::vector<int>{1, 3, 8, 9, kernels::kDecodeMaxSlices}
+           : std::vector<int>{1, 3, 4, kernels::kDecodeMaxSplits};
+    for (int slices : slice_counts) {
+      CAPTURE(slices);
+      CHECK(kernels::decode_attention_splits(D, slices) <= kernels::kDecodeMaxSplits);
       auto run_decode = [&] {
         TANDEM_CUDA_CHECK(cudaMemcpy(dk.p, kc.data(), cache_n * 2, cudaMemcpyHostToDevice));
         TANDEM_CUDA_CHECK(cudaMemcpy(dv.p, vc.data(), cache_n * 2, cudaMemcpyHostToDevice));
@@ -151,7 +158,7 @@ void run_case(const Case& c) {
                                       nullptr);
         kernels::launch_decode_attention(
             dq.p, dk.p, dv.p, dseq.p, dpos.p, dstart.p, dpages.p,
-            kernels::PagedAttentionShape{T, H, KVH, D, P, float(scale)}, splits, partials.p, dout.p,
+            kernels::PagedAttentionShape{T, H, KVH, D, P, float(scale)}, slices, partials.p, dout.p,
             nullptr);
         return to_f32(dout.get<uint16_t>());
       };

@@ -1,6 +1,7 @@
 #include "runner/cuda/cuda_runner.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -29,15 +30,16 @@ constexpr int32_t kMaxGraphBatch = 256;               // decode batches captured
 constexpr int64_t kActivationSlack = 256ll << 20;     // cuBLASLt, graphs, allocator rounding
 constexpr int64_t kDecodeSplitRows = 4096;            // tokens x splits the split-K scratch holds
 constexpr int64_t kAnchorRefreshNs = 10'000'000'000;  // device-timing clock anchor: every 10 s
-// Split-K decode attention: key slices so that (tokens x KV heads x slices) one-warp blocks give
-// each SM this many. Swept on the H200 (NOTES.md v8): 2 -> 8 took Qwen2.5-7B decode at batch
-// 64, 1k context from 10.06 to 7.11 ms a step and batch 16 from 11.0 to 5.87 ms (batch 1 at
-// 2k/8k unchanged); 16 gave 7.51 ms at batch 64.
+// Split-K decode attention: key slices so that (tokens x KV heads x slices) warps give each SM
+// this many. Swept on the H200 (NOTES.md v8, one-warp blocks): 2 -> 8 took Qwen2.5-7B decode at
+// batch 64, 1k context from 10.06 to 7.11 ms a step and batch 16 from 11.0 to 5.87 ms (batch 1
+// at 2k/8k unchanged); 16 gave 7.51 ms at batch 64.
 constexpr int64_t kDecodeBlocksPerSm = 8;
 // The tensor-core kernel (head_dim 64 and 128) takes every decode batch, in slices down to one
 // 32-key tile: at batch 1 and 128 tokens the per-query-head kernel, each block serial over
 // all keys, took 24 us a layer on Qwen2.5-7B and 20 us on Qwen2.5-0.5B (ncu, NOTES.md v9).
-// Minimum slices of 64/128/256 keys measured slower there (7B 3.94/4.05/4.27 vs 3.89 ms).
+// Minimum slices of 64/128/256 keys measured slower there (7B 3.94/4.05/4.27 vs 3.89 ms), and
+// with multi-warp blocks at a 2k context too (64/128: 4.26/4.43 vs 4.15 ms; NOTES.md v10).
 constexpr int64_t kDecodeTcMinSliceKeys = 32;
 // Folding the RMSNorms into the GEMVs (CudaRunner::folds_norms) has every block of the
 // consuming GEMV normalise the whole row for itself. Measured on the H200 (NOTES.md v9): a
@@ -340,27 +342,41 @@ void CudaRunner::forward(const ForwardBatch& batch) {
     }
     TANDEM_CHECK(num_tiles_ <= max_tiles_);
   }
-  // Decode batches take the GQA kernel (K/V read once per KV head, keys split so the grid has
-  // kDecodeBlocksPerSm one-warp blocks per SM, no slice shorter than a 128-key tile) when it
-  // has at least as many
-  // blocks as the per-query-head kernel: many (token, KV head) pairs, or contexts long enough
-  // to split into a group's worth of slices. Short contexts at small batches keep the
-  // per-query-head kernel (measured on the H200: at batch 1 and 128 tokens the GQA kernel's 4-8
-  // blocks cost 0.8 ms a step; at 2,048 and 8,192 tokens the per-head kernel's 28 serial blocks
-  // cost 7.5 and 31 ms a step; NOTES.md).
-  decode_splits_ = 0;
+  // Decode batches take the GQA kernel: K/V read once per KV head, keys in slices so that the
+  // grid has kDecodeBlocksPerSm warps per SM, no slice shorter than the minimum. The scalar
+  // kernel (head sizes other than 64/128) only where it has at least as many blocks as the
+  // per-query-head kernel: many (token, KV head) pairs, or contexts long enough to split into a
+  // group's worth of slices (measured on the H200: at batch 1 and 128 tokens its 4-8 blocks cost
+  // 0.8 ms a step; NOTES.md v5).
+  decode_slices_ = 0;
   const int64_t group = config_.num_heads / config_.num_kv_heads;
   if (decode_only && group <= kernels::kDecodeMaxGroup) {
     int32_t max_ctx = 1;
     for (const SeqSlice& q : batch.seqs) max_ctx = std::max(max_ctx, q.context_len);
     const int64_t blocks = std::max<int64_t>(1, int64_t(T) * config_.num_kv_heads);
     const bool tc = kernels::decode_attention_tensor_cores(int32_t(config_.head_dim));
-    const int64_t min_slice = tc ? kDecodeTcMinSliceKeys : 128;
-    int64_t splits = (kDecodeBlocksPerSm * num_sms_ + blocks - 1) / blocks;
-    splits = std::min<int64_t>(splits, (max_ctx + min_slice - 1) / min_slice);
-    splits = std::min<int64_t>(splits, kDecodeSplitRows / std::max(T, 1));
-    splits = std::clamp<int64_t>(splits, 1, kernels::kDecodeMaxSplits);
-    if (tc || blocks >= num_sms_ || splits >= group) decode_splits_ = int32_t(splits);
+    const int64_t by_ctx =
+        (max_ctx + (tc ? kDecodeTcMinSliceKeys : 128) - 1) / (tc ? kDecodeTcMinSliceKeys : 128);
+    int64_t slices = 0;
+    if (tc) {
+      // Whole blocks of 1, 2, 4 or 8 warps (8 fill an SM's registers) and at most one wave of
+      // kDecodeBlocksPerSm warps per SM: rounded up where the context limits the slices (each
+      // still one tile or less), down where the SMs do.
+      const auto up = [](int64_t n) {
+        return n <= 8 ? int64_t(std::bit_ceil(uint64_t(n))) : (n + 7) / 8 * 8;
+      };
+      const auto down = [](int64_t n) {
+        return n <= 8 ? int64_t(std::bit_floor(uint64_t(n))) : n / 8 * 8;
+      };
+      slices =
+          std::min(up(by_ctx), down(std::max<int64_t>(1, kDecodeBlocksPerSm * num_sms_ / blocks)));
+    } else {
+      slices = std::min((kDecodeBlocksPerSm * num_sms_ + blocks - 1) / blocks, by_ctx);
+    }
+    slices = std::min<int64_t>(slices, kDecodeSplitRows / std::max(T, 1));  // splits <= slices
+    slices =
+        std::clamp<int64_t>(slices, 1, tc ? kernels::kDecodeMaxSlices : kernels::kDecodeMaxSplits);
+    if (tc || blocks >= num_sms_ || slices >= group) decode_slices_ = int32_t(slices);
   }
   const size_t meta_bytes = size_t(off_page_ids_ + refs) * 4;
   TANDEM_CUDA_CHECK(
@@ -380,7 +396,7 @@ void CudaRunner::forward(const ForwardBatch& batch) {
   };
 
   if (use_graphs_ && decode_only && T <= kMaxGraphBatch) {
-    const auto key = std::make_tuple(T, L, decode_splits_);
+    const auto key = std::make_tuple(T, L, decode_slices_);
     auto it = graphs_.find(key);
     if (it == graphs_.end()) {
       cudaGraph_t graph = nullptr;
@@ -504,10 +520,10 @@ void CudaRunner::attention(int32_t T, const __nv_bfloat16* kc, const __nv_bfloat
                                       num_tiles_, meta + off_token_seq_, meta + off_positions_,
                                       meta + off_seq_page_start_, meta + off_page_ids_, shape, out,
                                       stream_);
-  } else if (decode_splits_ > 0) {
+  } else if (decode_slices_ > 0) {
     kernels::launch_decode_attention(q, kc, vc, meta + off_token_seq_, meta + off_positions_,
                                      meta + off_seq_page_start_, meta + off_page_ids_, shape,
-                                     decode_splits_, attn_partials_.as<float>(), out, stream_);
+                                     decode_slices_, attn_partials_.as<float>(), out, stream_);
   } else {
     kernels::launch_paged_attention(q, kc, vc, meta + off_token_seq_, meta + off_positions_,
                                     meta + off_seq_page_start_, meta + off_page_ids_, shape, out,

@@ -109,7 +109,7 @@ class CudaRunner final : public ModelRunner {
   // Prefill query tiles (launch_prefill_attention): start token and length of each.
   int32_t off_tile_start_ = 0, off_tile_len_ = 0, max_tiles_ = 0;
   int32_t num_tiles_ = 0;      // of the current forward; 0 = decode kernel
-  int32_t decode_splits_ = 0;  // of the current forward; 0 = not a decode batch
+  int32_t decode_slices_ = 0;  // of the current forward; 0 = not a decode batch
   int32_t num_sms_ = 1;
 
   // Activations.
