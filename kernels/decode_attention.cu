@@ -1,5 +1,6 @@
 #include "decode_attention.cuh"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 
@@ -166,21 +167,49 @@ constexpr int kTcPad = 8;
 
 template <int D>
 union TcWarpSmem {
-  // The query rows (first 16), then each tile's K rows, then its V rows: each is read into
-  // registers (ldmatrix) before the next is stored.
-  __nv_bfloat16 tile[kTcKeys][D + kTcPad];
+  struct {
+    // The query rows are staged in k first; each tile's K and V rows arrive by cp.async.
+    __nv_bfloat16 k[kTcKeys][D + kTcPad];
+    __nv_bfloat16 v[kTcKeys][D + kTcPad];
+  } tile;
   struct {
     float o[kG][D];  // unnormalised output of the warp's slice
     float m[kG], l[kG];
   } state;
 };
 
-inline int32_t tc_splits(int32_t num_slices) {
-  return (num_slices + kDecodeMaxWarps - 1) / kDecodeMaxWarps;
+// Warps per block: up to kDecodeMaxWarps, fewer where the device's shared memory per block
+// (sm_86/89: 99 KB) holds fewer warps' tiles.
+template <int D>
+int32_t tc_max_warps() {
+  int device = 0, optin = 0;
+  TANDEM_CUDA_CHECK(cudaGetDevice(&device));
+  TANDEM_CUDA_CHECK(
+      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  return std::clamp<int32_t>(optin / int32_t(sizeof(TcWarpSmem<D>)), 1, kDecodeMaxWarps);
 }
-inline int32_t tc_warps(int32_t num_slices) {
-  const int32_t splits = tc_splits(num_slices);
+int32_t tc_max_warps(int32_t head_dim) {
+  return head_dim == 64 ? tc_max_warps<64>() : tc_max_warps<128>();
+}
+inline int32_t tc_splits(int32_t num_slices, int32_t max_warps) {
+  return (num_slices + max_warps - 1) / max_warps;
+}
+inline int32_t tc_warps(int32_t num_slices, int32_t max_warps) {
+  const int32_t splits = tc_splits(num_slices, max_warps);
   return (num_slices + splits - 1) / splits;
+}
+
+// 16 bytes global -> shared without registers; src_bytes 0 fills zeros (rows past the end).
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)), "l"(gmem),
+               "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n");
+}
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
 
 template <int D>
@@ -194,7 +223,7 @@ __global__ void __launch_bounds__(32 * kDecodeMaxWarps)
                                const int32_t* __restrict__ page_ids, PagedAttentionShape s,
                                float* __restrict__ partials, __nv_bfloat16* __restrict__ out) {
   constexpr int D8 = D / 8, KC = D / 16, NT = D / 8, ST = kTcKeys / 8;
-  constexpr int LPR = D8, RPI = 32 / LPR, NI = kTcKeys / RPI;  // K/V rows: lanes, rows, loads
+  constexpr int LPR = D8, RPI = 32 / LPR, NI = kTcKeys / RPI;  // K/V rows: lanes, rows, copies
   extern __shared__ __align__(128) unsigned char smem_raw[];
   TcWarpSmem<D>* warps_sm = reinterpret_cast<TcWarpSmem<D>*>(smem_raw);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, num_warps = blockDim.x >> 5;
@@ -208,9 +237,10 @@ __global__ void __launch_bounds__(32 * kDecodeMaxWarps)
   const int begin = slice * chunk, end = min(num_keys, begin + chunk);
   const int32_t* pages = page_ids + seq_page_start[token_seq[t]];
 
-  // Every load in flight before the first store: a loop of load-store pairs waits on memory
-  // once per iteration.
-  constexpr int QI = 16 * D8 / 32;
+  // The query rows (the group's heads, G <= 8) as an mma A operand whose rows 8-15 are zero:
+  // only rows 0-7 go through shared memory and registers, and only rows 0-7 of the scores and
+  // the output are kept (mma_bf16_rows0_7). Every load in flight before the first store.
+  constexpr int QI = 8 * D8 / 32;
   uint4 qv[QI];
 #pragma unroll
   for (int it = 0; it < QI; ++it) {
@@ -223,59 +253,68 @@ __global__ void __launch_bounds__(32 * kDecodeMaxWarps)
 #pragma unroll
   for (int it = 0; it < QI; ++it) {
     const int r = (lane + 32 * it) / D8, c = ((lane + 32 * it) % D8) * 8;
-    *reinterpret_cast<uint4*>(&sm.tile[r][c]) = qv[it];
+    *reinterpret_cast<uint4*>(&sm.tile.k[r][c]) = qv[it];
   }
   __syncwarp();
   uint32_t qa[KC][4];
 #pragma unroll
   for (int kc = 0; kc < KC; ++kc) {
-    ldmatrix_x4(qa[kc], &sm.tile[lane & 15][kc * 16 + (lane >> 4) * 8]);
+    uint32_t r[2];
+    ldmatrix_x2(r, &sm.tile.k[lane & 7][kc * 16 + ((lane >> 3) & 1) * 8]);
+    qa[kc][0] = r[0];
+    qa[kc][1] = 0u;
+    qa[kc][2] = r[1];
+    qa[kc][3] = 0u;
   }
-  // Row g is query head g of the group; row g + 8 is padding (G <= 8) and never written.
+  // Row g is query head g of the group.
   float m = -INFINITY, l = 0.0f;
-  float o[NT][4];
+  float o[NT][2];
 #pragma unroll
-  for (int n = 0; n < NT; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+  for (int n = 0; n < NT; ++n) o[n][0] = o[n][1] = 0.0f;
 
   for (int kt = begin; kt < end; kt += kTcKeys) {
-    // Lane j looks up key kt + j's page; then each load instruction covers RPI whole rows
-    // (LPR lanes of 16 bytes per row, the row's offset shuffled from its key's lane), so a warp
-    // reads 2-4 contiguous rows per instruction instead of 32 rows' scattered 16-byte pieces.
-    // Every K and V load is in flight before the first store; V is stored after the scores, so
-    // its latency hides behind them.
+    // Lane j looks up key kt + j's page; then each copy instruction covers RPI whole rows (LPR
+    // lanes of 16 bytes per row, the row shuffled from its key's lane), so a warp reads 2-4
+    // contiguous rows per instruction instead of 32 rows' scattered 16-byte pieces. The copies
+    // go straight to shared memory (no registers held, so more warps fit an SM), K and V as two
+    // groups: the scores start once K is in.
     const int key = kt + lane;
     const int64_t my_row =
         key < end ? ((int64_t(pages[key / s.page_size]) * s.num_kv_heads + kvh) * s.page_size +
                      key % s.page_size) *
                         D
                   : -1;
-    uint4 kv[NI], vv[NI];
-#pragma unroll
-    for (int i = 0; i < NI; ++i) {
-      const int64_t row = __shfl_sync(0xffffffffu, my_row, i * RPI + lane / LPR);
-      const int64_t at = row + (lane % LPR) * 8;
-      // zeros past the end: 0 * V, not NaN
-      kv[i] = row >= 0 ? *reinterpret_cast<const uint4*>(k_cache + at) : make_uint4(0, 0, 0, 0);
-      vv[i] = row >= 0 ? *reinterpret_cast<const uint4*>(v_cache + at) : make_uint4(0, 0, 0, 0);
-    }
     __syncwarp();  // the previous ldmatrix reads (query or V rows) are done
 #pragma unroll
     for (int i = 0; i < NI; ++i) {
-      *reinterpret_cast<uint4*>(&sm.tile[i * RPI + lane / LPR][(lane % LPR) * 8]) = kv[i];
+      const int64_t row = __shfl_sync(0xffffffffu, my_row, i * RPI + lane / LPR);
+      const int64_t at = (row >= 0 ? row : 0) + (lane % LPR) * 8;
+      cp_async16(&sm.tile.k[i * RPI + lane / LPR][(lane % LPR) * 8], k_cache + at,
+                 row >= 0 ? 16 : 0);  // zeros past the end: 0 * V, not NaN
     }
-    __syncwarp();
-    float sc[ST][4];
+    cp_async_commit();
 #pragma unroll
-    for (int j = 0; j < ST; ++j) sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.0f;
+    for (int i = 0; i < NI; ++i) {
+      const int64_t row = __shfl_sync(0xffffffffu, my_row, i * RPI + lane / LPR);
+      const int64_t at = (row >= 0 ? row : 0) + (lane % LPR) * 8;
+      cp_async16(&sm.tile.v[i * RPI + lane / LPR][(lane % LPR) * 8], v_cache + at,
+                 row >= 0 ? 16 : 0);
+    }
+    cp_async_commit();
+    cp_async_wait<1>();  // K
+    __syncwarp();
+    float sc[ST][2];
+#pragma unroll
+    for (int j = 0; j < ST; ++j) sc[j][0] = sc[j][1] = 0.0f;
 #pragma unroll
     for (int kc = 0; kc < KC; ++kc) {
 #pragma unroll
       for (int j = 0; j < ST; j += 2) {
         uint32_t b[4];
         ldmatrix_x4(
-            b, &sm.tile[j * 8 + (lane & 7) + (lane >> 4) * 8][kc * 16 + ((lane >> 3) & 1) * 8]);
-        mma_bf16(sc[j], qa[kc], b[0], b[1]);
-        mma_bf16(sc[j + 1], qa[kc], b[2], b[3]);
+            b, &sm.tile.k[j * 8 + (lane & 7) + (lane >> 4) * 8][kc * 16 + ((lane >> 3) & 1) * 8]);
+        mma_bf16_rows0_7(sc[j], qa[kc], b[0], b[1]);
+        mma_bf16_rows0_7(sc[j + 1], qa[kc], b[2], b[3]);
       }
     }
     float mx = -INFINITY;
@@ -294,12 +333,6 @@ __global__ void __launch_bounds__(32 * kDecodeMaxWarps)
     l *= corr;
 #pragma unroll
     for (int n = 0; n < NT; ++n) o[n][0] *= corr, o[n][1] *= corr;
-    __syncwarp();  // the K rows' ldmatrix reads are done
-#pragma unroll
-    for (int i = 0; i < NI; ++i) {
-      *reinterpret_cast<uint4*>(&sm.tile[i * RPI + lane / LPR][(lane % LPR) * 8]) = vv[i];
-    }
-    __syncwarp();
     uint32_t pa[ST / 2][4];
 #pragma unroll
     for (int j = 0; j < ST; ++j) {
@@ -308,15 +341,17 @@ __global__ void __launch_bounds__(32 * kDecodeMaxWarps)
       pa[j / 2][(j & 1) * 2 + 0] = pack_bf16(p0, p1);
       pa[j / 2][(j & 1) * 2 + 1] = 0u;  // padding rows
     }
+    cp_async_wait<0>();  // V
+    __syncwarp();
 #pragma unroll
     for (int c = 0; c < ST / 2; ++c) {
 #pragma unroll
       for (int n = 0; n < NT; n += 2) {
         uint32_t b[4];
         ldmatrix_x4_trans(
-            b, &sm.tile[c * 16 + (lane & 7) + ((lane >> 3) & 1) * 8][n * 8 + (lane >> 4) * 8]);
-        mma_bf16(o[n], pa[c], b[0], b[1]);
-        mma_bf16(o[n + 1], pa[c], b[2], b[3]);
+            b, &sm.tile.v[c * 16 + (lane & 7) + ((lane >> 3) & 1) * 8][n * 8 + (lane >> 4) * 8]);
+        mma_bf16_rows0_7(o[n], pa[c], b[0], b[1]);
+        mma_bf16_rows0_7(o[n + 1], pa[c], b[2], b[3]);
       }
     }
   }
@@ -361,14 +396,16 @@ void launch_tc(const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_
                const int32_t* token_seq, const int32_t* positions, const int32_t* seq_page_start,
                const int32_t* page_ids, PagedAttentionShape shape, int32_t num_slices,
                float* partials, __nv_bfloat16* out, cudaStream_t stream) {
-  const int warps = tc_warps(num_slices);
+  const int max_warps = tc_max_warps<D>();
+  const int warps = tc_warps(num_slices, max_warps);
   const int smem = warps * int(sizeof(TcWarpSmem<D>));
-  // Above 48 KB a kernel must opt in (8 warps at D = 128 take 68 KB; sm_80+ allow 99 KB).
+  // Above 48 KB a kernel must opt in (8 warps at D = 128 take 136 KB).
   TANDEM_CUDA_CHECK(cudaFuncSetAttribute(decode_attention_tc_kernel<D>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  decode_attention_tc_kernel<D><<<dim3(shape.num_tokens, shape.num_kv_heads, tc_splits(num_slices)),
-                                  32 * warps, smem, stream>>>(
-      q, k_cache, v_cache, token_seq, positions, seq_page_start, page_ids, shape, partials, out);
+  decode_attention_tc_kernel<D>
+      <<<dim3(shape.num_tokens, shape.num_kv_heads, tc_splits(num_slices, max_warps)), 32 * warps,
+         smem, stream>>>(q, k_cache, v_cache, token_seq, positions, seq_page_start, page_ids, shape,
+                         partials, out);
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 
@@ -397,7 +434,8 @@ __global__ void combine_kernel(const float* __restrict__ partials, int D, int nu
 }  // namespace
 
 int32_t decode_attention_splits(int32_t head_dim, int32_t num_slices) {
-  return decode_attention_tensor_cores(head_dim) ? tc_splits(num_slices) : num_slices;
+  return decode_attention_tensor_cores(head_dim) ? tc_splits(num_slices, tc_max_warps(head_dim))
+                                                 : num_slices;
 }
 
 void launch_decode_attention(const __nv_bfloat16* q, const __nv_bfloat16* k_cache,

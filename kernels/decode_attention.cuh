@@ -17,7 +17,8 @@ namespace tandem::kernels {
 
 constexpr int32_t kDecodeMaxGroup = 8;    // query heads per KV head
 constexpr int32_t kDecodeMaxSplits = 64;  // partial states per (token, head)
-constexpr int32_t kDecodeMaxWarps = 8;    // slices one tensor-core block merges itself
+constexpr int32_t kDecodeMaxWarps = 8;    // slices one tensor-core block merges (fewer where
+                                          // the device's shared memory holds fewer)
 constexpr int32_t kDecodeMaxSlices = kDecodeMaxSplits * kDecodeMaxWarps;
 
 // Head sizes with the tensor-core kernel (one warp per token, KV head and slice, the group's

@@ -1,7 +1,6 @@
 #include "runner/cuda/cuda_runner.h"
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -33,8 +32,9 @@ constexpr int64_t kAnchorRefreshNs = 10'000'000'000;  // device-timing clock anc
 // Split-K decode attention: key slices so that (tokens x KV heads x slices) warps give each SM
 // this many. Swept on the H200 (NOTES.md v8, one-warp blocks): 2 -> 8 took Qwen2.5-7B decode at
 // batch 64, 1k context from 10.06 to 7.11 ms a step and batch 16 from 11.0 to 5.87 ms (batch 1
-// at 2k/8k unchanged); 16 gave 7.51 ms at batch 64.
-constexpr int64_t kDecodeBlocksPerSm = 8;
+// at 2k/8k unchanged); 16 gave 7.51 ms at batch 64. With the cp.async kernel (NOTES.md v10) 12
+// measured no better than 8 (batch 64: 5.77 vs 5.76 ms; at 4k 8.63 vs 8.57).
+constexpr int64_t kDecodeWarpsPerSm = 8;
 // The tensor-core kernel (head_dim 64 and 128) takes every decode batch, in slices down to one
 // 32-key tile: at batch 1 and 128 tokens the per-query-head kernel, each block serial over
 // all keys, took 24 us a layer on Qwen2.5-7B and 20 us on Qwen2.5-0.5B (ncu, NOTES.md v9).
@@ -343,7 +343,7 @@ void CudaRunner::forward(const ForwardBatch& batch) {
     TANDEM_CHECK(num_tiles_ <= max_tiles_);
   }
   // Decode batches take the GQA kernel: K/V read once per KV head, keys in slices so that the
-  // grid has kDecodeBlocksPerSm warps per SM, no slice shorter than the minimum. The scalar
+  // grid has kDecodeWarpsPerSm warps per SM, no slice shorter than the minimum. The scalar
   // kernel (head sizes other than 64/128) only where it has at least as many blocks as the
   // per-query-head kernel: many (token, KV head) pairs, or contexts long enough to split into a
   // group's worth of slices (measured on the H200: at batch 1 and 128 tokens its 4-8 blocks cost
@@ -359,19 +359,15 @@ void CudaRunner::forward(const ForwardBatch& batch) {
         (max_ctx + (tc ? kDecodeTcMinSliceKeys : 128) - 1) / (tc ? kDecodeTcMinSliceKeys : 128);
     int64_t slices = 0;
     if (tc) {
-      // Whole blocks of 1, 2, 4 or 8 warps (8 fill an SM's registers) and at most one wave of
-      // kDecodeBlocksPerSm warps per SM: rounded up where the context limits the slices (each
-      // still one tile or less), down where the SMs do.
-      const auto up = [](int64_t n) {
-        return n <= 8 ? int64_t(std::bit_ceil(uint64_t(n))) : (n + 7) / 8 * 8;
-      };
-      const auto down = [](int64_t n) {
-        return n <= 8 ? int64_t(std::bit_floor(uint64_t(n))) : n / 8 * 8;
-      };
+      // At most one wave of kDecodeWarpsPerSm warps per SM: rounded up where the context
+      // limits the slices (each still one tile or less), down where the SMs do; whole blocks of
+      // 8 above 8.
+      const auto up = [](int64_t n) { return n <= 8 ? n : (n + 7) / 8 * 8; };
+      const auto down = [](int64_t n) { return n <= 8 ? n : n / 8 * 8; };
       slices =
-          std::min(up(by_ctx), down(std::max<int64_t>(1, kDecodeBlocksPerSm * num_sms_ / blocks)));
+          std::min(up(by_ctx), down(std::max<int64_t>(1, kDecodeWarpsPerSm * num_sms_ / blocks)));
     } else {
-      slices = std::min((kDecodeBlocksPerSm * num_sms_ + blocks - 1) / blocks, by_ctx);
+      slices = std::min((kDecodeWarpsPerSm * num_sms_ + blocks - 1) / blocks, by_ctx);
     }
     slices = std::min<int64_t>(slices, kDecodeSplitRows / std::max(T, 1));  // splits <= slices
     slices =
