@@ -143,6 +143,7 @@ SpecRun run_spec(ModelRunner& target, ModelRunner& draft, PagePool& target_pool,
       if (seq.spec.accepted - accepted[i] < seq.spec.proposed - proposed[i]) ++rejections;
     }
     const double ms = ms_since(t0);
+    spec.observe_step(int32_t(active.size()), ms, step_tokens);  // the adaptive gate
     if (step == 0) continue;  // warm-up: first use of these shapes
     const SpecStepTimes& t = spec.last_times();
     rounds += t.draft_rounds;

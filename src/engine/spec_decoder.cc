@@ -44,10 +44,13 @@ int32_t DraftLengthPolicy::choose(const Sequence& seq, int32_t batch_size) const
   // Speed-up of k drafts over plain decoding: tokens per step over cost per step, where one
   // step costs one target pass (verifying k+1 positions costs about the same while decode is
   // bandwidth-bound) plus k draft passes.
+  // A seeded sampled sequence's tokens depend on its k (each k consumes its own draws), so its
+  // k must not depend on timings: it takes the fixed ratio.
+  const double cost_ratio = reproducible(seq) ? kFixedCostRatio : cost_ratio_;
   int32_t best_k = 0;
   double best = 1.0;
   for (int32_t k = std::max(1, config_.draft_min); k <= config_.draft_max; ++k) {
-    const double gain = expected_tokens(seq.spec_acceptance, k) / (1.0 + k * cost_ratio_);
+    const double gain = expected_tokens(seq.spec_acceptance, k) / (1.0 + k * cost_ratio);
     if (gain > best) {
       best = gain;
       best_k = k;
@@ -99,16 +102,26 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
   std::vector<std::vector<int32_t>> proposals(n);
   std::vector<std::vector<float>> draft_probs(n);      // [k, W] when sampling
   std::vector<std::pair<Sequence*, int64_t>> catchup;  // (sequence, draft tokens to reach)
+  // Whole-step costs decide whether this batch size speculates at all (SpecGate); a fixed k
+  // (benchmarks) always does.
+  // Nor may the gate switch a seeded sampled sequence's batch between plain and speculative
+  // steps by its timings: such batches leave k to the policy and are not observed.
+  pinned_ = std::any_of(seqs.begin(), seqs.end(),
+                        [](const Sequence* s) { return DraftLengthPolicy::reproducible(*s); });
+  const bool speculate = policy_.config().fixed_k > 0 || pinned_ || gate_.speculate(int32_t(n));
+  last_max_catchup_ = 0;
   for (size_t i = 0; i < n; ++i) {
     Sequence& seq = *seqs[i];
     TANDEM_CHECK(seq.pending() == 1);
-    int32_t k =
-        clip_draft_length(seq, policy_.choose(seq, int32_t(n)), policy_.config().max_model_len);
+    int32_t k = speculate ? clip_draft_length(seq, policy_.choose(seq, int32_t(n)),
+                                              policy_.config().max_model_len)
+                          : 0;
     const int64_t len = int64_t(seq.tokens.size());
     auto lock = lock_pools();
     if (len - seq.draft_computed > policy_.config().catchup_chunk) {
       // The draft is far behind (a long prompt): it catches up in chunks, proposing nothing yet.
       const int64_t upto = seq.draft_computed + policy_.config().catchup_chunk;
+      last_max_catchup_ = std::max<int64_t>(last_max_catchup_, upto - seq.draft_computed);
       if (seq.draft_pages.reserve(draft_pool_, upto, page_size)) catchup.push_back({&seq, upto});
       ks[i] = 0;
       continue;
@@ -161,6 +174,7 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
       s.pages = seq.draft_pages.pages;
       tokens.insert(tokens.end(), view.begin() + seq.draft_computed, view.end());
       rows.push_back(s.q_start + s.q_len - 1);
+      last_max_catchup_ = std::max<int64_t>(last_max_catchup_, s.q_len - 1);
       slices.push_back(s);
       who.push_back(i);
       seq.draft_computed = int64_t(view.size());
@@ -380,8 +394,10 @@ void SpecDecoder::run_step(std::span<Sequence* const> seqs, PagePool& target_poo
   for (size_t i = 0; i < seqs.size(); ++i) {
     before[i] = {seqs[i]->spec.proposed, seqs[i]->spec.accepted};
   }
+  const double step_t0 = now_ms();
   std::vector<std::vector<int32_t>> emitted = step(seqs, target_pool, page_size);
   const StepTiming& t = timing_;
+  int64_t emitted_tokens = 0;
   const auto now = Clock::now();
   for (size_t i = 0; i < seqs.size(); ++i) {
     Sequence& seq = *seqs[i];
@@ -409,12 +425,24 @@ void SpecDecoder::run_step(std::span<Sequence* const> seqs, PagePool& target_poo
       ++n;
       if ((reason = emit_token(seq, token, now, Track::kVerify))) break;
     }
+    emitted_tokens += n;
     if (reason) {
       on_finish(seq, *reason);
     } else {
       commit(seq, n, target_pool, page_size);
       if (on_commit) on_commit(seq);
     }
+  }
+  observe_step(int32_t(seqs.size()), now_ms() - step_t0, emitted_tokens);
+}
+
+void SpecDecoder::observe_step(int32_t batch_size, double step_ms, int64_t emitted) {
+  // A step in which the draft caught up on a prompt (a one-time cost) would misstate what
+  // speculating costs; catching up on the tokens of plain steps is part of alternating, so it
+  // counts.
+  if (policy_.config().fixed_k == 0 && !pinned_ &&
+      last_max_catchup_ <= SpecGate::kProbePeriod + 1) {
+    gate_.observe(batch_size, times_.draft_rounds > 0, step_ms, emitted);
   }
 }
 

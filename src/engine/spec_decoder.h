@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "engine/sequence.h"
+#include "engine/spec_gate.h"
 #include "kv/page_pool.h"
 #include "model/model_dir.h"
 #include "runner/cpu/thread_pool.h"
@@ -53,9 +54,16 @@ class DraftLengthPolicy {
   double cost_ratio() const { return cost_ratio_; }
   const SpecConfig& config() const { return config_; }
 
+  // Sampled with a seed: its tokens must not depend on timings (docs/speculative.md).
+  static bool reproducible(const Sequence& seq) {
+    return !seq.params.greedy() && seq.params.has_seed;
+  }
+  // The draft/target cost ratio such sequences choose k with, and the measurement's start.
+  static constexpr double kFixedCostRatio = 0.1;
+
  private:
   SpecConfig config_;
-  double cost_ratio_ = 0.1;  // draft step / target step, EMA of measurements
+  double cost_ratio_ = kFixedCostRatio;  // draft step / target step, EMA of measurements
 };
 
 // A draft model loaded for a decode stage: its weights, its runner and its own KV pool.
@@ -95,10 +103,16 @@ class SpecDecoder {
                 const std::function<void(Sequence&, FinishReason)>& on_finish,
                 const std::function<void(Sequence&)>& on_commit = {});
 
+  // A finished step's wall time (step() to the last commit(), host work included) and the
+  // tokens it emitted, for the gate that decides whether this batch size speculates at all.
+  // run_step() reports its own steps.
+  void observe_step(int32_t batch_size, double step_ms, int64_t emitted);
+
   // Frees the draft pages of a finished or preempted sequence.
   void release(Sequence& seq);
 
   DraftLengthPolicy& policy() { return policy_; }
+  const SpecGate& gate() const { return gate_; }
   const SpecStepTimes& last_times() const { return times_; }
 
   // Two-stage engines: the prefill stage reserves pages in the decode stage's pools too, so every
@@ -125,6 +139,9 @@ class SpecDecoder {
   ModelRunner& draft_;
   PagePool& draft_pool_;
   DraftLengthPolicy policy_;
+  SpecGate gate_;                 // unused with a fixed k (benchmarks)
+  int64_t last_max_catchup_ = 0;  // the last step's largest draft catch-up of one sequence
+  bool pinned_ = false;           // the last step's batch had a reproducible() sequence
   int32_t valid_vocab_;
   std::mutex* pool_mu_ = nullptr;
   SpecStepTimes times_;

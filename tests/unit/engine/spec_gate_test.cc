@@ -1,0 +1,83 @@
+// SpecGate: whole-step costs decide whether a batch size speculates (src/engine/spec_gate.h).
+#include "engine/spec_gate.h"
+
+#include <doctest/doctest.h>
+
+using namespace tandem;
+
+namespace {
+
+// Runs `steps` steps of one batch size through the gate, each costing `spec_ms` or `plain_ms`
+// and emitting `spec_tokens` or `plain_tokens`; returns how many of them speculated.
+int run(SpecGate& gate, int32_t batch, int steps, double spec_ms, int64_t spec_tokens,
+        double plain_ms, int64_t plain_tokens) {
+  int speculated = 0;
+  for (int i = 0; i < steps; ++i) {
+    const bool s = gate.speculate(batch);
+    speculated += s;
+    gate.observe(batch, s, s ? spec_ms : plain_ms, s ? spec_tokens : plain_tokens);
+  }
+  return speculated;
+}
+
+}  // namespace
+
+TEST_CASE("spec gate: open at first, one plain probe after the first speculative steps") {
+  SpecGate gate;
+  for (int i = 0; i < SpecGate::kMinSpecSteps; ++i) {
+    CHECK(gate.speculate(1));
+    gate.observe(1, true, 4.0, 3);
+  }
+  CHECK_FALSE(gate.speculate(1));  // the plain probe
+  gate.observe(1, false, 3.0, 1);
+  CHECK_FALSE(gate.shut(1));  // 1.33 ms a token speculating against 3 plain
+  CHECK(gate.speculate(1));
+}
+
+TEST_CASE("spec gate: shuts where speculating costs more per token, probing it every period") {
+  SpecGate gate;
+  // Batch 4, int4-like: a speculative step 12 ms for 6 tokens (2 ms each), a plain one 4 ms for 4.
+  run(gate, 4, 2 * SpecGate::kProbePeriod, 12.0, 6, 4.0, 4);
+  CHECK(gate.shut(4));
+  const int n = 10 * SpecGate::kProbePeriod;
+  const int speculated = run(gate, 4, n, 12.0, 6, 4.0, 4);
+  CHECK(speculated == n / SpecGate::kProbePeriod);  // only the probes
+  // Other batch sizes keep their own measurements.
+  CHECK_FALSE(gate.shut(1));
+  CHECK(gate.speculate(1));
+}
+
+TEST_CASE("spec gate: stays open where speculation pays, probing plain every period") {
+  SpecGate gate;
+  // Batch 1, bf16-like: 5 ms for 3.4 tokens against 4 ms for 1.
+  const int n = 10 * SpecGate::kProbePeriod;
+  const int speculated = run(gate, 1, n, 5.0, 3, 4.0, 1);
+  CHECK_FALSE(gate.shut(1));
+  // All but the plain probes: the first after kMinSpecSteps, then one a period.
+  CHECK(speculated >= n - n / SpecGate::kProbePeriod - 1);
+  CHECK(speculated < n);
+}
+
+TEST_CASE("spec gate: reopens when the speculative probes get cheaper") {
+  SpecGate gate;
+  run(gate, 4, 4 * SpecGate::kProbePeriod, 12.0, 6, 4.0, 4);
+  REQUIRE(gate.shut(4));
+  // Acceptance recovers: a speculative step now emits 16 tokens (0.75 ms each).
+  run(gate, 4, 8 * SpecGate::kProbePeriod, 12.0, 16, 4.0, 4);
+  CHECK_FALSE(gate.shut(4));
+  const int n = 4 * SpecGate::kProbePeriod;
+  CHECK(run(gate, 4, n, 12.0, 16, 4.0, 4) >= n - n / SpecGate::kProbePeriod);
+}
+
+TEST_CASE("spec gate: within the margin it stays open; empty or untimed steps are ignored") {
+  SpecGate gate;
+  // Speculating 3% dearer per token than plain decoding: not enough to shut.
+  run(gate, 2, 4 * SpecGate::kProbePeriod, 1.03, 1, 1.0, 1);
+  CHECK_FALSE(gate.shut(2));
+  SpecGate other;
+  for (int i = 0; i < 4 * SpecGate::kProbePeriod; ++i) {
+    const bool s = other.speculate(8);
+    other.observe(8, s, s ? 0.0 : 1.0, s ? 5 : 0);  // nothing usable
+  }
+  CHECK_FALSE(other.shut(8));
+}
