@@ -147,6 +147,7 @@ SpecRun run_spec(ModelRunner& target, ModelRunner& draft, PagePool& target_pool,
     if (step == 0) continue;  // warm-up: first use of these shapes
     const SpecStepTimes& t = spec.last_times();
     rounds += t.draft_rounds;
+    run.plain_steps += t.draft_rounds == 0;
     draft_ms += t.draft_ms;
     verify_ms += t.verify_ms;
     accept_ms += t.accept_ms;
@@ -251,6 +252,7 @@ std::string spec_bench_json(const SpecBenchOptions& o, const std::vector<SpecBat
       b["spec"].push_back({{"mode", s.mode},
                            {"k", s.k},
                            {"steps", s.steps},
+                           {"plain_steps", s.plain_steps},
                            {"draft_step_ms", s.draft_step_ms},
                            {"verify_ms", s.verify_ms},
                            {"accept_ms", s.accept_ms},

@@ -27,6 +27,7 @@ struct SpecRun {
   std::string mode;  // "fixed" or "adaptive"
   int32_t k = 0;     // fixed: k; adaptive: draft_max
   int64_t steps = 0;
+  int64_t plain_steps = 0;      // steps without drafts (adaptive: the policy's or the gate's)
   double draft_step_ms = 0;     // one draft forward of the batch (mean)
   double verify_ms = 0;         // the target's k+1-position pass (mean per step)
   double accept_ms = 0;         // host acceptance (mean per step)

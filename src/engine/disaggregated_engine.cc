@@ -533,6 +533,7 @@ void DisaggregatedEngine::run_speculative(std::span<Sequence* const> seqs) {
   spec_->run_step(seqs, decode_pool_, page_size_, [this](Sequence& seq, FinishReason reason) {
     finish(&seq, reason, std::nullopt, /*on_prefill=*/false);
   });
+  if (spec_->last_step_gated()) telemetry_.metrics.spec_gated_steps++;
 }
 
 // ---- threads -------------------------------------------------------------------------------

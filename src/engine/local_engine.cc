@@ -233,6 +233,7 @@ void LocalEngine::run_speculative(std::span<Sequence* const> seqs) {
       [this](Sequence& seq) {
         if (prefix_cache_) prefix_cache_->commit(seq, seq.pages, pool_, seq.num_computed);
       });
+  if (spec_->last_step_gated()) telemetry_.metrics.spec_gated_steps++;
 }
 
 void LocalEngine::run_until_idle() {

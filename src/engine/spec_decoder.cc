@@ -109,6 +109,7 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
   pinned_ = std::any_of(seqs.begin(), seqs.end(),
                         [](const Sequence* s) { return DraftLengthPolicy::reproducible(*s); });
   const bool speculate = policy_.config().fixed_k > 0 || pinned_ || gate_.speculate(int32_t(n));
+  gated_ = !speculate;
   last_max_catchup_ = 0;
   for (size_t i = 0; i < n; ++i) {
     Sequence& seq = *seqs[i];

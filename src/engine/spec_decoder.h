@@ -113,6 +113,8 @@ class SpecDecoder {
 
   DraftLengthPolicy& policy() { return policy_; }
   const SpecGate& gate() const { return gate_; }
+  // Whether the gate ran the last step without drafts (tandem:spec_decode_num_gated_steps_total).
+  bool last_step_gated() const { return gated_; }
   const SpecStepTimes& last_times() const { return times_; }
 
   // Two-stage engines: the prefill stage reserves pages in the decode stage's pools too, so every
@@ -142,6 +144,7 @@ class SpecDecoder {
   SpecGate gate_;                 // unused with a fixed k (benchmarks)
   int64_t last_max_catchup_ = 0;  // the last step's largest draft catch-up of one sequence
   bool pinned_ = false;           // the last step's batch had a reproducible() sequence
+  bool gated_ = false;            // the gate ran the last step without drafts
   int32_t valid_vocab_;
   std::mutex* pool_mu_ = nullptr;
   SpecStepTimes times_;

@@ -118,6 +118,10 @@ std::string render_prometheus(EngineMetrics& m, const GaugeValues& g) {
           m.spec_draft_tokens);
   counter(out, "tandem:spec_decode_num_accepted_tokens_total", "Draft tokens accepted.",
           m.spec_accepted_tokens);
+  counter(out, "tandem:spec_decode_num_gated_steps_total",
+          "Decode steps the speculation gate ran without drafts (probes of plain decoding, or "
+          "speculating measured slower per token).",
+          m.spec_gated_steps);
   counter(out, "tandem:prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.",
           m.prefix_cache_queries);
   counter(out, "tandem:prefix_cache_hits_total", "Prompt tokens found in the prefix cache.",

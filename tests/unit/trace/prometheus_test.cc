@@ -30,6 +30,7 @@ const std::set<std::string> kRequired = {
     "tandem:spec_decode_num_draft_tokens_total",
     "tandem:spec_decode_num_accepted_tokens_total",
     "tandem:spec_decode_num_accepted_tokens_per_pos",
+    "tandem:spec_decode_num_gated_steps_total",
     "tandem:request_success_total",
 };
 
@@ -87,6 +88,23 @@ TEST_CASE("speculative counters: drafts, draft tokens, accepted, per position") 
   CHECK(sample(text, "tandem:spec_decode_num_accepted_tokens_per_pos{position=\"0\"}") ==
         double(spec.accepted_per_position.at(0)));
   CHECK(sample(text, "tandem:spec_decode_num_drafts_total") > 0);
+}
+
+TEST_CASE("the speculation gate's plain steps are counted") {
+  EngineOptions o;
+  o.draft_dir = tiny_qwen();
+  o.draft_max = 2;
+  o.draft_min = 2;
+  auto engine = make_engine(o);
+  Finished done;
+  // A self-draft emits 3 tokens a step: 40 tokens take more than the gate's first
+  // SpecGate::kMinSpecSteps steps, after which it runs one step plainly to measure it.
+  REQUIRE(engine->submit(1, greedy_input(12, 40), &done).ok());
+  engine->run_until_idle();
+  const std::string text = engine->metrics_text();
+  CHECK(sample(text, "tandem:spec_decode_num_gated_steps_total") >= 1);
+  REQUIRE(done.events[1].spec);
+  CHECK(done.events[1].spec->proposed > 0);
 }
 
 TEST_CASE("the parser rejects malformed exposition text") {
