@@ -102,10 +102,10 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
   std::vector<std::vector<int32_t>> proposals(n);
   std::vector<std::vector<float>> draft_probs(n);      // [k, W] when sampling
   std::vector<std::pair<Sequence*, int64_t>> catchup;  // (sequence, draft tokens to reach)
-  // Whole-step costs decide whether this batch size speculates at all (SpecGate); a fixed k
-  // (benchmarks) always does.
-  // Nor may the gate switch a seeded sampled sequence's batch between plain and speculative
-  // steps by its timings: such batches leave k to the policy and are not observed.
+  // Whole-step costs decide whether this batch size speculates at all (SpecGate). A fixed k
+  // (benchmarks) always does, and so does a batch holding a seeded sampled sequence: timings
+  // must not switch its tokens between plain and speculative steps, so its k is left to the
+  // policy and the step is not observed.
   pinned_ = std::any_of(seqs.begin(), seqs.end(),
                         [](const Sequence* s) { return DraftLengthPolicy::reproducible(*s); });
   const bool speculate = policy_.config().fixed_k > 0 || pinned_ || gate_.speculate(int32_t(n));

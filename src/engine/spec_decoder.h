@@ -112,7 +112,6 @@ class SpecDecoder {
   void release(Sequence& seq);
 
   DraftLengthPolicy& policy() { return policy_; }
-  const SpecGate& gate() const { return gate_; }
   // Whether the gate ran the last step without drafts (tandem:spec_decode_num_gated_steps_total).
   bool last_step_gated() const { return gated_; }
   const SpecStepTimes& last_times() const { return times_; }

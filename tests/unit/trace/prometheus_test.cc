@@ -40,6 +40,15 @@ std::string join(const std::vector<std::string>& v) {
   return s;
 }
 
+// One CPU stage with the tiny model as its own draft, proposing 2 tokens a step.
+std::unique_ptr<Engine> make_self_draft_engine() {
+  EngineOptions o;
+  o.draft_dir = tiny_qwen();
+  o.draft_max = 2;
+  o.draft_min = 2;
+  return make_engine(o);
+}
+
 double sample(const std::string& text, const std::string& line_prefix) {
   const size_t at = text.find("\n" + line_prefix + " ");
   REQUIRE_MESSAGE(at != std::string::npos, line_prefix);
@@ -70,11 +79,7 @@ TEST_CASE("metrics text of two CPU stages parses, with every required family") {
 }
 
 TEST_CASE("speculative counters: drafts, draft tokens, accepted, per position") {
-  EngineOptions o;
-  o.draft_dir = tiny_qwen();
-  o.draft_max = 2;
-  o.draft_min = 2;
-  auto engine = make_engine(o);
+  auto engine = make_self_draft_engine();
   Finished done;
   REQUIRE(engine->submit(1, greedy_input(12, 7), &done).ok());
   engine->run_until_idle();
@@ -91,11 +96,7 @@ TEST_CASE("speculative counters: drafts, draft tokens, accepted, per position") 
 }
 
 TEST_CASE("the speculation gate's plain steps are counted") {
-  EngineOptions o;
-  o.draft_dir = tiny_qwen();
-  o.draft_max = 2;
-  o.draft_min = 2;
-  auto engine = make_engine(o);
+  auto engine = make_self_draft_engine();
   Finished done;
   // A self-draft emits 3 tokens a step: 40 tokens take more than the gate's first
   // SpecGate::kMinSpecSteps steps, after which it runs one step plainly to measure it.
