@@ -199,19 +199,6 @@ inline int32_t tc_warps(int32_t num_slices, int32_t max_warps) {
   return (num_slices + splits - 1) / splits;
 }
 
-// 16 bytes global -> shared without registers; src_bytes 0 fills zeros (rows past the end).
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)), "l"(gmem),
-               "r"(src_bytes));
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n");
-}
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
-}
-
 template <int D>
 __global__ void __launch_bounds__(32 * kDecodeMaxWarps)
     decode_attention_tc_kernel(const __nv_bfloat16* __restrict__ q,

@@ -1,5 +1,6 @@
 // Warp-level tensor-core helpers for the attention kernels (sm_80+, device code only): ldmatrix
-// loads from shared memory and mma.sync m16n8k16 with bf16 inputs and fp32 accumulators.
+// loads from shared memory, mma.sync m16n8k16 with bf16 inputs and fp32 accumulators, and
+// cp.async copies from global to shared memory.
 // Fragment layouts (PTX ISA, mma.m16n8k16): with g = lane / 4 and q = lane % 4, A holds rows g
 // and g + 8, columns 2q, 2q + 1 (+ 8); B holds rows (k) 2q, 2q + 1 (+ 8) of column (n) g; C holds
 // rows g and g + 8, columns 2q, 2q + 1.
@@ -50,6 +51,19 @@ __device__ __forceinline__ void mma_bf16_rows0_7(float (&c)[2], const uint32_t (
       : "+f"(c[0]), "+f"(c[1]), "+f"(d2), "+f"(d3)
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
+// 16 bytes global -> shared without registers; src_bytes 0 fills zeros (rows past the end).
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)), "l"(gmem),
+               "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n");
+}
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&v);

@@ -12,7 +12,8 @@ namespace {
 // Flash-attention-2 style on mma.sync m16n8k16 (bf16 in, fp32 accumulate; sm_80+): each warp
 // owns 16 query rows; scores, probabilities and the output accumulator stay in registers (the
 // score accumulator's layout is the next mma's A-operand layout, so P never touches shared
-// memory); only the Q tile and one K/V tile of 64 keys sit in shared memory.
+// memory). K/V tiles of 64 keys arrive by cp.async into two buffers: tile t + 1 is in flight
+// while tile t is computed (the Q tile is staged in the second buffer before the first copy).
 constexpr int kWarps = 4;              // 16 query rows each
 constexpr int kQ = kPrefillQueryTile;  // 64
 constexpr int kKT = 64;                // keys per tile
@@ -22,11 +23,11 @@ constexpr float kLog2e = 1.4426950408889634f;
 
 template <int D>
 struct Smem {
-  __nv_bfloat16 q[kQ][D + kPad];
-  __nv_bfloat16 k[kKT][D + kPad];
-  __nv_bfloat16 v[kKT][D + kPad];
+  __nv_bfloat16 k[2][kKT][D + kPad];  // k[1] holds the Q tile (kQ == kKT rows) at the start
+  __nv_bfloat16 v[2][kKT][D + kPad];
   int pos[kQ];
 };
+static_assert(kQ == kKT, "the Q tile is staged in a K buffer");
 
 template <int D>
 __global__ void __launch_bounds__(kWarps * 32) prefill_attention_kernel(
@@ -50,11 +51,12 @@ __global__ void __launch_bounds__(kWarps * 32) prefill_attention_kernel(
   const int num_keys = positions[t0 + n - 1] + 1;
   const int64_t q_stride = int64_t(s.num_heads) * D;
 
+  auto& sq = sm.k[1];
   for (int i = tid; i < kQ * D8; i += blockDim.x) {
     const int r = i / D8, c = (i % D8) * 8;
     uint4 val = make_uint4(0, 0, 0, 0);
     if (r < n) val = *reinterpret_cast<const uint4*>(q + (t0 + r) * q_stride + h * D + c);
-    *reinterpret_cast<uint4*>(&sm.q[r][c]) = val;
+    *reinterpret_cast<uint4*>(&sq[r][c]) = val;
   }
   for (int r = tid; r < kQ; r += blockDim.x) {
     sm.pos[r] = positions[t0 + (r < n ? r : 0)];  // padding rows: any valid position
@@ -65,8 +67,26 @@ __global__ void __launch_bounds__(kWarps * 32) prefill_attention_kernel(
   uint32_t qa[KC][4];
 #pragma unroll
   for (int kc = 0; kc < KC; ++kc) {
-    ldmatrix_x4(qa[kc], &sm.q[w * 16 + (lane & 15)][kc * 16 + (lane >> 4) * 8]);
+    ldmatrix_x4(qa[kc], &sq[w * 16 + (lane & 15)][kc * 16 + (lane >> 4) * 8]);
   }
+  // Tile kt's K and V rows into buffer b (zeros past the last key: 0 * V, not NaN). The page
+  // table is a few hundred bytes per sequence, so its lookups hit L1 after the first tile.
+  auto fetch = [&](int kt, int b) {
+    for (int i = tid; i < kKT * D8; i += blockDim.x) {
+      const int j = i / D8, c = (i % D8) * 8, key = kt + j;
+      int64_t base = 0;
+      if (key < num_keys) {
+        const int64_t page = pages[key / s.page_size];
+        base = ((page * s.num_kv_heads + kvh) * s.page_size + key % s.page_size) * D + c;
+      }
+      const int bytes = key < num_keys ? 16 : 0;
+      cp_async16(&sm.k[b][j][c], k_cache + base, bytes);
+      cp_async16(&sm.v[b][j][c], v_cache + base, bytes);
+    }
+    cp_async_commit();
+  };
+  __syncthreads();  // every warp holds its Q fragments: buffer 1 is free
+  fetch(0, 0);
   const int pos0 = sm.pos[w * 16 + g], pos1 = sm.pos[w * 16 + g + 8];
   const float scale = s.scale * kLog2e;  // scores in log2 units: exp2 instead of exp
   float m0 = -INFINITY, m1 = -INFINITY;  // running max of rows g and g + 8
@@ -75,22 +95,12 @@ __global__ void __launch_bounds__(kWarps * 32) prefill_attention_kernel(
 #pragma unroll
   for (int t = 0; t < NT; ++t) o[t][0] = o[t][1] = o[t][2] = o[t][3] = 0.0f;
 
-  for (int kt = 0; kt < num_keys; kt += kKT) {
-    __syncthreads();  // every warp is done with the previous tile
-    for (int i = tid; i < kKT * D8; i += blockDim.x) {
-      const int j = i / D8, c = (i % D8) * 8, key = kt + j;
-      uint4 kv = make_uint4(0, 0, 0, 0), vv = make_uint4(0, 0, 0, 0);  // zeros: 0 * V, not NaN
-      if (key < num_keys) {
-        const int64_t page = pages[key / s.page_size];
-        const int64_t base =
-            ((page * s.num_kv_heads + kvh) * s.page_size + key % s.page_size) * D + c;
-        kv = *reinterpret_cast<const uint4*>(k_cache + base);
-        vv = *reinterpret_cast<const uint4*>(v_cache + base);
-      }
-      *reinterpret_cast<uint4*>(&sm.k[j][c]) = kv;
-      *reinterpret_cast<uint4*>(&sm.v[j][c]) = vv;
-    }
-    __syncthreads();
+  for (int kt = 0, buf = 0; kt < num_keys; kt += kKT, buf ^= 1) {
+    cp_async_wait<0>();
+    __syncthreads();  // tile kt has landed for every thread; every warp is done with tile kt - 1
+    if (kt + kKT < num_keys) fetch(kt + kKT, buf ^ 1);
+    const auto& sk = sm.k[buf];
+    const auto& sv = sm.v[buf];
 
     // S = Q K^T: 16 rows x 64 keys per warp, as 8 n8 tiles.
     float sc[ST][4];
@@ -101,8 +111,7 @@ __global__ void __launch_bounds__(kWarps * 32) prefill_attention_kernel(
 #pragma unroll
       for (int j = 0; j < ST; j += 2) {
         uint32_t b[4];  // keys j*8.. and (j+1)*8.., head dims kc*16 .. +15
-        ldmatrix_x4(b,
-                    &sm.k[j * 8 + (lane & 7) + (lane >> 4) * 8][kc * 16 + ((lane >> 3) & 1) * 8]);
+        ldmatrix_x4(b, &sk[j * 8 + (lane & 7) + (lane >> 4) * 8][kc * 16 + ((lane >> 3) & 1) * 8]);
         mma_bf16(sc[j], qa[kc], b[0], b[1]);
         mma_bf16(sc[j + 1], qa[kc], b[2], b[3]);
       }
@@ -159,7 +168,7 @@ __global__ void __launch_bounds__(kWarps * 32) prefill_attention_kernel(
       for (int t = 0; t < NT; t += 2) {
         uint32_t b[4];  // keys 16c.. +15, head dims t*8.. and (t+1)*8..
         ldmatrix_x4_trans(
-            b, &sm.v[c * 16 + (lane & 7) + ((lane >> 3) & 1) * 8][t * 8 + (lane >> 4) * 8]);
+            b, &sv[c * 16 + (lane & 7) + ((lane >> 3) & 1) * 8][t * 8 + (lane >> 4) * 8]);
         mma_bf16(o[t], pa[c], b[0], b[1]);
         mma_bf16(o[t + 1], pa[c], b[2], b[3]);
       }
@@ -195,7 +204,7 @@ void launch(const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_bfl
             const int32_t* page_ids, PagedAttentionShape shape, __nv_bfloat16* out,
             cudaStream_t stream) {
   const int smem = int(sizeof(Smem<D>));
-  // Above 48 KB a kernel must opt in (D = 128 needs ~51 KB; sm_80+ allow 99 KB or more).
+  // Above 48 KB a kernel must opt in (D = 128 needs ~70 KB; sm_80+ allow 99 KB or more).
   TANDEM_CUDA_CHECK(cudaFuncSetAttribute(prefill_attention_kernel<D>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   prefill_attention_kernel<D><<<dim3(num_tiles, shape.num_heads), kWarps * 32, smem, stream>>>(
