@@ -212,12 +212,14 @@ Result<std::vector<SpecBatchResult>> run_spec_bench(ModelRunner& target, ModelRu
       c.draft_max = k;
       c.fixed_k = k;
       c.max_batch = 1 << 30;
+      c.max_forward_tokens = o.max_forward_tokens;
       configs.push_back(c);
     }
     SpecConfig adaptive;
     adaptive.draft_min = 1;
     adaptive.draft_max = o.ks.back();
     adaptive.max_batch = o.spec_max_batch;
+    adaptive.max_forward_tokens = o.max_forward_tokens;
     configs.push_back(adaptive);
     for (const SpecConfig& c : configs) {
       rewind(b, o.input_len);

@@ -76,6 +76,7 @@ void register_bench_spec(CLI::App* bench, int& exit_code) {
     if (!target) return fail(target.error());
     auto draft = make_runner(*draft_dir, draft_ro);
     if (!draft) return fail(draft.error());
+    f->opts.max_forward_tokens = draft_ro.max_batch_tokens;
     auto res = bench::run_spec_bench(**target, **draft, f->opts);
     if (!res) return fail(res.error());
     auto label = [](const std::string& dir, const std::string& q) {

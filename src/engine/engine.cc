@@ -59,6 +59,7 @@ Result<DraftModel> load_draft(const EngineOptions& options, const RunnerOptions&
   d.config.draft_max = options.draft_max;
   d.config.draft_min = options.draft_min;
   d.config.max_batch = options.spec_max_batch;
+  d.config.max_forward_tokens = target_ro.max_batch_tokens;
   return d;
 }
 

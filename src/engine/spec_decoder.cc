@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 
 #include "core/check.h"
 #include "engine/step.h"
@@ -111,6 +112,12 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
   const bool speculate = policy_.config().fixed_k > 0 || pinned_ || gate_.speculate(int32_t(n));
   gated_ = !speculate;
   last_max_catchup_ = 0;
+  // Tokens of the catch-up forward and of the first draft round (which carries each proposing
+  // sequence's tokens the draft has not computed), each within the draft runner's limit.
+  const int64_t budget = policy_.config().max_forward_tokens > 0
+                             ? policy_.config().max_forward_tokens
+                             : std::numeric_limits<int64_t>::max();
+  int64_t caught = 0, first_round = 0;
   for (size_t i = 0; i < n; ++i) {
     Sequence& seq = *seqs[i];
     TANDEM_CHECK(seq.pending() == 1);
@@ -118,12 +125,20 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
                                               policy_.config().max_model_len)
                           : 0;
     const int64_t len = int64_t(seq.tokens.size());
+    const int64_t lag = len - seq.draft_computed;  // the pending token included
     auto lock = lock_pools();
-    if (len - seq.draft_computed > policy_.config().catchup_chunk) {
-      // The draft is far behind (a long prompt): it catches up in chunks, proposing nothing yet.
-      const int64_t upto = seq.draft_computed + policy_.config().catchup_chunk;
-      last_max_catchup_ = std::max<int64_t>(last_max_catchup_, upto - seq.draft_computed);
-      if (seq.draft_pages.reserve(draft_pool_, upto, page_size)) catchup.push_back({&seq, upto});
+    const bool over_budget = k > 0 && first_round + lag > budget;
+    if (lag > policy_.config().catchup_chunk || over_budget) {
+      // The draft is behind (a long prompt, or the tokens of gated plain steps): it catches up
+      // in a chunk, proposing nothing this step. The pending token stays for a first round.
+      const int64_t chunk =
+          std::min({lag - 1, int64_t(policy_.config().catchup_chunk), budget - caught});
+      if (chunk > 0 &&
+          seq.draft_pages.reserve(draft_pool_, seq.draft_computed + chunk, page_size)) {
+        last_max_catchup_ = std::max<int64_t>(last_max_catchup_, chunk);
+        catchup.push_back({&seq, seq.draft_computed + chunk});
+        caught += chunk;
+      }
       ks[i] = 0;
       continue;
     }
@@ -132,6 +147,7 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
                       seq.draft_pages.reserve(draft_pool_, len + k - 1, page_size))) {
       --k;
     }
+    if (k > 0) first_round += lag;
     ks[i] = k;
   }
 
@@ -438,12 +454,16 @@ void SpecDecoder::run_step(std::span<Sequence* const> seqs, PagePool& target_poo
 }
 
 void SpecDecoder::observe_step(int32_t batch_size, double step_ms, int64_t emitted) {
-  // A step in which the draft caught up on a prompt (a one-time cost) would misstate what
-  // speculating costs; catching up on the tokens of plain steps is part of alternating, so it
-  // counts.
+  // Only steady speculative steps are measured: one in which the draft first caught up on
+  // tokens it never saw (a prompt, or the tokens of the gate's plain steps) costs more than
+  // speculating does. Measured on the H200 (NOTES.md v11): counting the 32-token catch-up of
+  // each probe kept the gate shut at batch 1 of the bf16 pair. A steady step catches up on
+  // at most the last emitted token and one plain step's.
+  constexpr int64_t kSteadyCatchup = 2;
+  const bool speculated = times_.draft_rounds > 0;
   if (policy_.config().fixed_k == 0 && !pinned_ &&
-      last_max_catchup_ <= SpecGate::kProbePeriod + 1) {
-    gate_.observe(batch_size, times_.draft_rounds > 0, step_ms, emitted);
+      (!speculated || last_max_catchup_ <= kSteadyCatchup)) {
+    gate_.observe(batch_size, speculated, step_ms, emitted);
   }
 }
 

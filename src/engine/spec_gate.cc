@@ -11,31 +11,34 @@ size_t SpecGate::bucket_of(int32_t batch_size) {
   return std::min(width - 1, std::tuple_size_v<decltype(buckets_)> - 1);
 }
 
+double SpecGate::Samples::median() const {
+  const auto n = size_t(std::min<int64_t>(observed, kWindow));
+  std::array<double, kWindow> v = ms_per_token;
+  std::nth_element(v.begin(), v.begin() + (n - 1) / 2, v.begin() + n);
+  return v[(n - 1) / 2];
+}
+
 bool SpecGate::shut(int32_t batch_size) const {
   const Bucket& b = buckets_[bucket_of(batch_size)];
-  return b.spec_steps >= kMinSpecSteps && b.plain_steps > 0 &&
-         b.spec_ms_per_token > b.plain_ms_per_token * (1.0 + kMargin);
+  return b.spec.observed >= kMinSpecSamples && b.plain.observed > 0 &&
+         b.spec.median() > b.plain.median() * (1.0 + kMargin);
 }
 
 bool SpecGate::speculate(int32_t batch_size) {
   Bucket& b = buckets_[bucket_of(batch_size)];
   const int64_t step = b.steps++;
-  // Shut: plain steps, with a speculative probe every kProbePeriod. Open: speculative steps,
-  // with a plain probe every kProbePeriod (the first one after kMinSpecSteps, so the
-  // comparison starts early).
-  if (shut(batch_size)) return step % kProbePeriod == 0;
-  if (b.plain_steps == 0) return step != kMinSpecSteps;
+  // Shut: plain steps, with a speculative probe of kProbeSteps steps every kProbePeriod. Open:
+  // speculative steps, with a plain probe every kProbePeriod (the first one after
+  // kMinSpecSteps, so the comparison starts early).
+  if (shut(batch_size)) return step % kProbePeriod < kProbeSteps;
+  if (b.plain.observed == 0) return step != kMinSpecSteps;
   return step % kProbePeriod != kProbePeriod - 1;
 }
 
 void SpecGate::observe(int32_t batch_size, bool speculated, double step_ms, int64_t emitted) {
   if (step_ms <= 0 || emitted <= 0) return;
   Bucket& b = buckets_[bucket_of(batch_size)];
-  const double ms_per_token = step_ms / double(emitted);
-  int32_t& n = speculated ? b.spec_steps : b.plain_steps;
-  double& avg = speculated ? b.spec_ms_per_token : b.plain_ms_per_token;
-  avg = n == 0 ? ms_per_token : (1.0 - kSmoothing) * avg + kSmoothing * ms_per_token;
-  ++n;
+  (speculated ? b.spec : b.plain).add(step_ms / double(emitted));
 }
 
 }  // namespace tandem

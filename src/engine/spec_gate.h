@@ -5,7 +5,10 @@
 // gate measures milliseconds per emitted token of speculative and of plain steps, per batch-size
 // bucket, and makes a bucket decode plainly while speculation is measurably slower there. Plain
 // steps probe the plain cost, and while the gate is shut speculative steps probe the speculative
-// one, each every kProbePeriod steps.
+// one, each every kProbePeriod steps. Each side is judged by the median of its last kWindow
+// steps: a step that meets a shape for the first time (a CUDA graph capture, a cuBLASLt
+// algorithm check: tens of milliseconds on the H200) is an outlier, and an average of it shut
+// batch 1 of the bf16 pair on the GPU, where speculating is 1.84x faster.
 #pragma once
 
 #include <array>
@@ -17,9 +20,15 @@ namespace tandem {
 class SpecGate {
  public:
   static constexpr int32_t kProbePeriod = 32;  // steps of a bucket between probes
-  static constexpr int32_t kMinSpecSteps = 4;  // speculative steps before the gate may shut
-  static constexpr double kMargin = 0.05;      // speculation must be this much slower to shut
-  static constexpr double kSmoothing = 0.25;   // weight of a new step in the averages
+  // Consecutive speculative steps of a probe while shut: the first catches the draft up on the
+  // plain steps' tokens (SpecDecoder does not report it), the next is measured.
+  static constexpr int32_t kProbeSteps = 2;
+  static constexpr int32_t kMinSpecSteps = 4;  // speculative steps before the first plain probe
+  // Speculative steps measured before the gate may shut: their lower median then ignores up
+  // to three first-use outliers.
+  static constexpr int32_t kMinSpecSamples = 6;
+  static constexpr double kMargin = 0.05;  // speculation must be this much slower to shut
+  static constexpr int32_t kWindow = 8;    // recent steps per side, compared by medians
 
   // What a step of `batch_size` sequences runs: true = the draft policy's k per sequence,
   // false = plain decoding (k = 0 for every sequence). Counts the step.
@@ -30,10 +39,16 @@ class SpecGate {
   bool shut(int32_t batch_size) const;
 
  private:
+  // The last kWindow milliseconds per emitted token of one side, and how many were observed.
+  struct Samples {
+    std::array<double, kWindow> ms_per_token{};
+    int64_t observed = 0;
+    void add(double v) { ms_per_token[size_t(observed++ % kWindow)] = v; }
+    double median() const;  // the lower median: outliers above it never decide
+  };
   struct Bucket {
     int64_t steps = 0;
-    int32_t spec_steps = 0, plain_steps = 0;  // observed
-    double spec_ms_per_token = 0, plain_ms_per_token = 0;
+    Samples spec, plain;
   };
   static size_t bucket_of(int32_t batch_size);
 

@@ -40,6 +40,7 @@ CpuRunner::CpuRunner(const ModelDir& model, const RunnerOptions& opts, int32_t n
       device_(opts.device),
       page_size_(opts.page_size),
       num_pages_(num_pages),
+      max_batch_tokens_(std::max(opts.max_batch_tokens, 1)),
       valid_vocab_(int32_t(model.config.vocab_size)),
       pool_(opts.threads),
       inv_freq_(rope_inv_freq(model.config)),
@@ -94,6 +95,8 @@ MemoryPlan CpuRunner::memory_plan() const {
 // A malformed batch is a scheduler bug, never client input: checks, not Errors.
 void CpuRunner::check_batch(const ForwardBatch& batch) const {
   const int64_t num_tokens = int64_t(batch.tokens.size());
+  TANDEM_CHECK(num_tokens <= max_batch_tokens_, "batch of %lld tokens over the runner's %d",
+               (long long)num_tokens, max_batch_tokens_);
   int64_t covered = 0;
   for (const SeqSlice& s : batch.seqs) {
     TANDEM_CHECK(s.q_len > 0 && s.q_start >= 0 && s.q_start + s.q_len <= num_tokens,

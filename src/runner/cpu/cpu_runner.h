@@ -48,6 +48,9 @@ class CpuRunner final : public ModelRunner {
   const std::string device_;  // "cpu" or "cpu:N"
   int32_t page_size_;
   int32_t num_pages_;
+  // The largest batch the runner accepts (RunnerOptions::max_batch_tokens): the CUDA runner's
+  // buffers are sized by it, so the oracle refuses what the GPU would, not just what it can.
+  int32_t max_batch_tokens_ = 1;
   bool num_pages_from_budget_ = false;  // --kv-pages 0: sized from the default CPU KV budget
   int32_t valid_vocab_;
   ThreadPool pool_;

@@ -41,7 +41,8 @@ TEST_CASE("spec gate: shuts where speculating costs more per token, probing it e
   CHECK(gate.shut(4));
   const int n = 10 * SpecGate::kProbePeriod;
   const int speculated = run(gate, 4, n, 12.0, 6, 4.0, 4);
-  CHECK(speculated == n / SpecGate::kProbePeriod);  // only the probes
+  // Only the probes, kProbeSteps steps each.
+  CHECK(speculated == n / SpecGate::kProbePeriod * SpecGate::kProbeSteps);
   // Other batch sizes keep their own measurements.
   CHECK_FALSE(gate.shut(1));
   CHECK(gate.speculate(1));
@@ -67,6 +68,29 @@ TEST_CASE("spec gate: reopens when the speculative probes get cheaper") {
   CHECK_FALSE(gate.shut(4));
   const int n = 4 * SpecGate::kProbePeriod;
   CHECK(run(gate, 4, n, 12.0, 16, 4.0, 4) >= n - n / SpecGate::kProbePeriod);
+}
+
+TEST_CASE("spec gate: outliers (first uses of a shape) do not shut it; medians decide") {
+  SpecGate gate;
+  // Batch 1 of the bf16 pair on the H200: 8.5 ms for 4.1 tokens against 3.8 ms for 1. The
+  // first three speculative steps meet new shapes (graph captures, cuBLASLt checks): 60 ms.
+  int step = 0;
+  for (int i = 0; i < 4 * SpecGate::kProbePeriod; ++i, ++step) {
+    const bool s = gate.speculate(1);
+    const double spec_ms = step < 3 ? 60.0 : 8.5;
+    gate.observe(1, s, s ? spec_ms : 3.8, s ? 4 : 1);
+    CHECK_FALSE(gate.shut(1));
+  }
+  // An average of them (what the gate kept before) stays above 3.8 ms a token for steps.
+  SpecGate spikes;
+  int spec_seen = 0;
+  for (int i = 0; i < 4 * SpecGate::kProbePeriod; ++i) {
+    const bool s = spikes.speculate(2);
+    // Three of every eight speculative steps spike: the lower median stays below them.
+    const bool spike = s && spec_seen++ % SpecGate::kWindow < 3;
+    spikes.observe(2, s, s ? (spike ? 60.0 : 8.5) : 3.8, s ? 4 : 1);
+    CHECK_FALSE(spikes.shut(2));
+  }
 }
 
 TEST_CASE("spec gate: within the margin it stays open; empty or untimed steps are ignored") {
