@@ -1,7 +1,7 @@
 #include "int4_linear.cuh"
 
+#include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 
 #include "cuda_check.cuh"
 
@@ -12,7 +12,11 @@ constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
 constexpr int kUnroll = 4;  // 16-byte qweight loads per lane per batch; two batches in flight
 // Within the default 48 KB, so several blocks share an SM; larger m * k is staged in chunks.
-constexpr int kSmemBytes = 48 * 1024;
+// Shared memory a block may use for x (and the k-split sums), where the device allows it: with
+// 48 KB, 20 tokens of a 3,584-feature x took 6 chunks, each a barrier that stalls the weight
+// stream. 96 KB (two blocks an SM): the 7B's Linears at 20 tokens 277 -> 221 us a layer, at 5
+// tokens -4 us, at 1-2 unchanged; 160 KB (one block an SM) lost everywhere (NOTES.md v11).
+constexpr int kSmemBytes = 96 * 1024;
 
 // bf16x2 a + b in one instruction (fma with 1.0).
 __device__ __forceinline__ uint32_t bf16x2_add(uint32_t a, uint32_t b) {
@@ -284,6 +288,17 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+int smem_budget() {
+  static const int bytes = [] {
+    int device = 0, optin = 0;
+    TANDEM_CUDA_CHECK(cudaGetDevice(&device));
+    TANDEM_CUDA_CHECK(
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    return std::min(kSmemBytes, optin);
+  }();
+  return bytes;
+}
+
 int multiprocessors() {
   static const int count = [] {
     int device = 0, sms = 0;
@@ -301,11 +316,19 @@ void launch_gemv_m(const __nv_bfloat16* x, const Int4Matrix& w, int32_t m, Out* 
   // Several tiles per block when there are many: x is staged once for all of them. Few tiles
   // (n <= 16 * 8 * SMs) keep one per block so that every SM has blocks.
   const int sms = multiprocessors();
-  const int tiles_per_block = tiles >= 16 * sms ? 4 : tiles >= 8 * sms ? 2 : 1;
+  int tiles_per_block = tiles >= 16 * sms ? 4 : tiles >= 8 * sms ? 2 : 1;
+  // Beyond one token tile every block staging all of x (M x k) dominates: one tile per warp
+  // (8 a block) halves that where there are tiles enough (gate|up). Measured on the H200
+  // (NOTES.md v11): 7B gate|up at 20 tokens 83.5 -> 75.4 us with the larger budget below.
+  if (M > 8 && tiles >= kWarps * sms) tiles_per_block = kWarps;
   const int reduce_bytes = kWarps * 16 * M * 4;
-  int chunk = ((kSmemBytes - reduce_bytes) / M - 64) / 2 / 64 * 64;
+  int chunk = ((smem_budget() - reduce_bytes) / M - 64) / 2 / 64 * 64;
   if (chunk > w.k) chunk = w.k;
   const size_t smem = size_t(M) * x_stride_words(chunk) * 4 + size_t(reduce_bytes);
+  if (smem > 48 * 1024) {
+    TANDEM_CUDA_CHECK(cudaFuncSetAttribute(int4_gemv_kernel<M, Out>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  }
   const int blocks = (tiles + tiles_per_block - 1) / tiles_per_block;
   int4_gemv_kernel<M, Out>
       <<<blocks, kThreads, smem, stream>>>(x, w, m, tiles_per_block, chunk, y, ldy);
