@@ -118,6 +118,10 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
                              ? policy_.config().max_forward_tokens
                              : std::numeric_limits<int64_t>::max();
   int64_t caught = 0, first_round = 0;
+  // The verify pass carries 1 + k tokens per sequence within the same limit (the engine gives
+  // both runners one max_batch_tokens): proposals take what the batch's own tokens leave.
+  int64_t verify_room =
+      budget == std::numeric_limits<int64_t>::max() ? budget : budget - int64_t(n);
   for (size_t i = 0; i < n; ++i) {
     Sequence& seq = *seqs[i];
     TANDEM_CHECK(seq.pending() == 1);
@@ -127,6 +131,7 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
     const int64_t len = int64_t(seq.tokens.size());
     const int64_t lag = len - seq.draft_computed;  // the pending token included
     auto lock = lock_pools();
+    k = int32_t(std::clamp<int64_t>(verify_room, 0, k));
     const bool over_budget = k > 0 && first_round + lag > budget;
     if (lag > policy_.config().catchup_chunk || over_budget) {
       // The draft is behind (a long prompt, or the tokens of gated plain steps): it catches up
@@ -148,6 +153,7 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
       --k;
     }
     if (k > 0) first_round += lag;
+    verify_room -= k;
     ks[i] = k;
   }
 

@@ -31,8 +31,9 @@ struct SpecConfig {
   bool enabled = true;     // --spec off
   int32_t max_batch = 32;  // above this many running sequences, verify is compute-bound: no spec
   int32_t catchup_chunk = 512;  // draft tokens one step may catch up (a long prompt takes steps)
-  // Tokens one draft forward may carry: the draft runner's max_batch_tokens (0 = no limit).
-  // Catch-up after the gate's plain steps (or of prompts) is split to stay within it.
+  // Tokens one forward of either model may carry: the runners' max_batch_tokens (0 = no
+  // limit). Catch-up after the gate's plain steps (or of prompts) is split to stay within it,
+  // and the verify pass's proposals are cut to fit.
   int32_t max_forward_tokens = 0;
   int32_t max_model_len = 0;  // no verified position may reach past it; 0 = no limit
   int32_t fixed_k = 0;        // benchmarks: always propose this many (0 = the adaptive policy)

@@ -238,21 +238,50 @@ TEST_CASE("speculative decoding never changes greedy tokens, for every k and a m
 }
 
 TEST_CASE("speculative decoding within a small token budget: the draft catches up in pieces") {
-  // Four prompts of up to 40 tokens reach the draft together; one draft forward may carry only
-  // max_num_batched_tokens = 24 (found on the H200: 93 catch-up tokens against a runner's 64
-  // aborted the process). The catch-up is split over steps and the tokens stay the target's.
-  const std::vector<int> lens = {5, 17, 33, 40};
-  const int max_tokens = 12;
-  const auto want = reference(lens, max_tokens);
-  EngineOptions o;
-  o.draft_dir = tiny_model();
-  o.draft_max = 4;
-  o.max_num_batched_tokens = 24;
-  o.prefill_chunk = 24;
-  o.max_num_seqs = 4;
-  auto engine = make_engine(o);
-  CHECK(run_greedy_spec(*engine, lens, max_tokens, want).first > 0);  // it caught up and proposed
-  check_pages_free(*engine);
+  // Six prompts of up to 40 tokens reach the draft together, and one forward of either model
+  // may carry only max_num_batched_tokens = 24 (found on the H200: 93 catch-up tokens against a
+  // runner's 64 aborted the process). A pattern pair (the draft agrees with the target, and
+  // costs about half of it) makes every sequence propose draft_min = 4, so six verify rows of
+  // 1 + 4 tokens would need 30: the proposals are cut to fit, the catch-up is split over steps,
+  // and the tokens stay the target's.
+  const mkmodel::PatternOptions agree{7, 0.0, 0};
+  const std::string target =
+      testing::make_tiny_model("tandem-engine-test-pattern-qwen", "tiny-qwen", 5, agree);
+  const std::string draft = testing::make_tiny_model("tandem-engine-test-pattern-qwen-draft",
+                                                     "tiny-qwen-draft", 5, agree);
+  const std::vector<int> lens = {5, 17, 33, 40, 9, 26};
+  auto run = [&](bool with_draft) {
+    EngineOptions o;
+    o.model_dir = target;
+    o.kv_pages = 1024;
+    o.max_num_batched_tokens = 24;
+    o.prefill_chunk = 24;
+    o.max_num_seqs = 6;
+    if (with_draft) {
+      o.draft_dir = draft;
+      o.draft_max = 4;
+      o.draft_min = 4;
+    }
+    auto engine = testing::make_engine(o);
+    Collector col;
+    for (size_t i = 0; i < lens.size(); ++i) {
+      REQUIRE(engine->submit(i, greedy(prompt_of(lens[i], int(i)), 48), &col).ok());
+    }
+    engine->run_until_idle();
+    std::map<uint64_t, std::vector<int32_t>> ids;
+    int64_t proposed = 0;
+    for (auto& [id, r] : col.results) {
+      REQUIRE(r.finish);
+      ids[id] = r.ids;
+      if (r.finish->spec) proposed += r.finish->spec->proposed;
+    }
+    check_pages_free(*engine);
+    return std::make_pair(ids, proposed);
+  };
+  const auto [want, none] = run(false);
+  const auto [got, proposed] = run(true);
+  CHECK(got == want);
+  CHECK(proposed >= int64_t(lens.size()) * 4);  // it caught up and proposed
 }
 
 TEST_CASE("sampled requests with a draft: a self-draft accepts every proposal, reruns repeat") {

@@ -17,9 +17,11 @@
 
 namespace tandem::testing {
 
-// A model directory under the temp dir, written once per (name) and reused by later runs.
+// A model directory under the temp dir, written once per (name) and reused by later runs;
+// `pattern`: a pattern model (model/pattern_model.h), whose draft agrees as set.
 inline std::string make_tiny_model(const std::string& name, const std::string& preset,
-                                   uint64_t seed) {
+                                   uint64_t seed,
+                                   std::optional<mkmodel::PatternOptions> pattern = std::nullopt) {
   std::string d = std::filesystem::temp_directory_path() / name;
   if (!std::filesystem::exists(d + "/config.json")) {
     MkModelOptions o;
@@ -27,6 +29,7 @@ inline std::string make_tiny_model(const std::string& name, const std::string& p
     o.out_dir = d;
     o.seed = seed;
     o.tokenizer_dir = qwen_tokenizer_dir();
+    o.pattern = pattern;
     Status st = make_model(o);
     REQUIRE_MESSAGE(st.ok(), st.error().to_string());
   }
