@@ -21,7 +21,7 @@ struct SpecBenchOptions {
   std::vector<int32_t> ks = {1, 2, 4, 8};  // fixed draft lengths; the adaptive run uses max(ks)
   int32_t spec_max_batch = 32;             // the adaptive policy's --spec-max-batch
   int32_t valid_vocab = 0;                 // ids both models sample over
-  int32_t max_forward_tokens = 0;          // the draft runner's max_batch_tokens (0: no limit)
+  int32_t max_forward_tokens = 0;          // the runners' max_batch_tokens (0: no limit)
 };
 
 struct SpecRun {

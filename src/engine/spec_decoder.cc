@@ -120,8 +120,7 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
   int64_t caught = 0, first_round = 0;
   // The verify pass carries 1 + k tokens per sequence within the same limit (the engine gives
   // both runners one max_batch_tokens): proposals take what the batch's own tokens leave.
-  int64_t verify_room =
-      budget == std::numeric_limits<int64_t>::max() ? budget : budget - int64_t(n);
+  int64_t verify_room = budget - int64_t(n);
   for (size_t i = 0; i < n; ++i) {
     Sequence& seq = *seqs[i];
     TANDEM_CHECK(seq.pending() == 1);
