@@ -1,7 +1,7 @@
 // Int4 GEMV bandwidth at Qwen2.5-7B's decode shapes, against the bf16 GEMV, cuBLASLt (1-8
 // tokens) and a device copy.
 //
-//   bench_int4_gemv [--iters 200] [--group 128]
+//   bench_int4_gemv [--iters 200] [--group 128] [--int4-only] [--m 1,5,20]
 //
 // Each case rotates over enough copies of the weights to be 4× the L2, as a forward streams
 // each layer's weights once, and times `iters` launches captured in one CUDA graph (as the
@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -98,14 +99,32 @@ void print(nlohmann::json j, double bytes, const Timing& t) {
 
 int main(int argc, char** argv) {
   int iters = 200, group = 128;
+  bool int4_only = false;  // skip the bf16 comparisons and act-order (plan sweeps)
+  std::vector<int> ms = {1, 2, 4, 5, 8, 16, 20, 32};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--iters" && i + 1 < argc) {
       iters = std::max(1, std::atoi(argv[++i]));
     } else if (a == "--group" && i + 1 < argc) {
       group = std::atoi(argv[++i]);
+    } else if (a == "--int4-only") {
+      int4_only = true;
+    } else if (a == "--m" && i + 1 < argc) {
+      ms.clear();
+      for (const char* p = argv[++i]; *p != '\0';) {
+        char* end = nullptr;
+        const long v = std::strtol(p, &end, 10);
+        if (end == p || v < 1 || v > kernels::kInt4GemvMaxTokens) {
+          std::fprintf(stderr, "--m: token counts 1..%d, comma-separated\n",
+                       kernels::kInt4GemvMaxTokens);
+          return 2;
+        }
+        ms.push_back(int(v));
+        p = *end == ',' ? end + 1 : end;
+      }
     } else {
-      std::fprintf(stderr, "usage: bench_int4_gemv [--iters N] [--group G]\n");
+      std::fprintf(stderr,
+                   "usage: bench_int4_gemv [--iters N] [--group G] [--int4-only] [--m 1,5,...]\n");
       return 2;
     }
   }
@@ -169,7 +188,8 @@ int main(int argc, char** argv) {
     TANDEM_CUDA_CHECK(cudaMalloc(&y, size_t(kernels::kInt4GemvMaxTokens) * s.n * 4));
     const auto* xb = reinterpret_cast<const __nv_bfloat16*>(x);
     for (bool act_order : {false, true}) {
-      for (int m : {1, 2, 4, 5, 8, 16, 20, 32}) {
+      if (act_order && int4_only) continue;
+      for (int m : ms) {
         const Timing t = time_launches(iters, [&](int i, cudaStream_t stream) {
           kernels::Int4Matrix w = mats[size_t(i % copies)];
           w.perm = act_order ? perm : nullptr;
@@ -187,6 +207,12 @@ int main(int argc, char** argv) {
       }
     }
     for (void* p : owned) TANDEM_CUDA_CHECK(cudaFree(p));
+    if (int4_only) {
+      TANDEM_CUDA_CHECK(cudaFree(perm));
+      TANDEM_CUDA_CHECK(cudaFree(x));
+      TANDEM_CUDA_CHECK(cudaFree(y));
+      continue;
+    }
     // The bf16 GEMV on the same shape, for the ratio.
     const double bf16_bytes = double(s.n) * s.k * 2;
     const int bf16_copies = std::max(1, int(rotate_bytes / bf16_bytes) + 1);

@@ -1,7 +1,13 @@
 #include "int4_linear.cuh"
 
+#include <cooperative_groups.h>
+
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <utility>
 
 #include "cuda_check.cuh"
 
@@ -164,21 +170,31 @@ __device__ void stage_x(const __nv_bfloat16* __restrict__ x, const int32_t* __re
 
 // Block: `tiles_per_block` row tiles of 16, each by kWarps / tiles_per_block warps splitting k.
 // M tokens are staged (m of them real, the rest zeros), in NT tiles of 8: each unpacked weight
-// fragment multiplies all of them.
-template <int M, typename Out>
-__global__ void __launch_bounds__(kThreads)
+// fragment multiplies all of them. With `parts` > 1 (sm_90), a cluster of `parts` consecutive
+// blocks shares the same tiles, block p of it taking the p-th slice of k, and the cluster adds
+// the slices' sums through distributed shared memory in rank order (no workspace, same bits on
+// every run). That spreads Linears with few tiles (n = 3,584: 224) over every SM.
+// kSliced: the cluster form (parts > 1), a separate instantiation so that the unsliced one keeps
+// its code. Both are held to three blocks an SM up to one token tile (80 registers): the k-slice
+// bookkeeping took one shared kernel to 95 registers and two blocks an SM, 10-25% slower at one
+// token (H200, NOTES.md v12).
+template <int M, bool kSliced, typename Out>
+__global__ void __launch_bounds__(kThreads, M <= 8 ? 3 : 2)
     int4_gemv_kernel(const __nv_bfloat16* __restrict__ x, Int4Matrix w, int m, int tiles_per_block,
-                     int chunk, Out* __restrict__ y, int ldy) {
+                     int sliced_parts, int chunk, Out* __restrict__ y, int ldy) {
   constexpr int NT = (M + 7) / 8;
+  const int parts = kSliced ? sliced_parts : 1;
   extern __shared__ uint4 smem[];
   const int stride = x_stride_words(chunk);
   uint32_t* xs = reinterpret_cast<uint32_t*>(smem);        // [M, stride]
   float* red = reinterpret_cast<float*>(xs + M * stride);  // [kWarps, 16, M]
+  float* sums = red + kWarps * 16 * M;                     // [tiles_per_block, 16, M] (parts > 1)
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int j = lane >> 2, quad = lane & 3;
   const int splits = kWarps / tiles_per_block;
-  const int tile = blockIdx.x * tiles_per_block + warp / splits;
+  const int part = blockIdx.x % parts, tile_block = blockIdx.x / parts;
+  const int tile = tile_block * tiles_per_block + warp / splits;
   const int split = warp % splits;
   const bool active = tile < (w.n + 15) / 16;
   const int k = w.k;
@@ -194,8 +210,11 @@ __global__ void __launch_bounds__(kThreads)
   walk.blocks_per_group = w.group_size / 32;
   float acc[NT][4] = {};
 
-  for (int c0 = 0; c0 < k; c0 += chunk) {
-    const int kc = min(chunk, k - c0);
+  // This block's slice of k: whole pairs of 32-feature blocks, the odd last block with the last.
+  const int k_begin = 64 * (pairs * part / parts);
+  const int k_end = part == parts - 1 ? k : 64 * (pairs * (part + 1) / parts);
+  for (int c0 = k_begin; c0 < k_end; c0 += chunk) {
+    const int kc = min(chunk, k_end - c0);
     // This warp's pairs of the chunk, and the odd last block for the last warp of a tile.
     const int chunk_pairs = kc / 64;
     const int p0 = c0 / 64 + chunk_pairs * split / splits;
@@ -209,7 +228,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int u = 0; u < kUnroll; ++u)
       if (active && p0 + u < p1) cur[u] = __ldcs(qtile + (p0 + u) * 32 + lane);
     if (any) walk.start(2 * p0, j);
-    if (c0 > 0) __syncthreads();  // every warp is done with the previous chunk
+    if (c0 > k_begin) __syncthreads();  // every warp is done with the previous chunk
     stage_x<M>(x, w.perm, m, k, c0, kc, stride, xs);
     __syncthreads();
     if (!any) continue;
@@ -273,19 +292,41 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
   __syncthreads();
-  for (int o = threadIdx.x; o < tiles_per_block * 16 * M; o += kThreads) {
+  const int outputs = tiles_per_block * 16 * M;
+  auto store = [&](int o, float v) {
     const int local = o / (16 * M), row = (o / M) % 16, tok = o % M;
-    if (tok >= m) continue;  // padding
-    const int r = (blockIdx.x * tiles_per_block + local) * 16 + row;
-    if (r >= w.n) continue;
-    float v = 0.0f;
-    for (int s = 0; s < splits; ++s) v += red[((local * splits + s) * 16 + row) * M + tok];
+    const int r = (tile_block * tiles_per_block + local) * 16 + row;
+    if (tok >= m || r >= w.n) return;  // padding
     if constexpr (sizeof(Out) == 4) {
       y[int64_t(tok) * ldy + r] = v;
     } else {
       y[int64_t(tok) * ldy + r] = __float2bfloat16(v);
     }
+  };
+  for (int o = threadIdx.x; o < outputs; o += kThreads) {
+    const int local = o / (16 * M), row = (o / M) % 16, tok = o % M;
+    float v = 0.0f;
+    for (int s = 0; s < splits; ++s) v += red[((local * splits + s) * 16 + row) * M + tok];
+    if constexpr (kSliced) {
+      sums[o] = v;
+    } else {
+      store(o, v);
+    }
   }
+  if constexpr (!kSliced) return;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // Each rank adds every rank's slice sums, in rank order, for its share of the outputs; the
+  // second sync keeps every block's shared memory alive until the others have read it.
+  namespace cg = cooperative_groups;
+  cg::cluster_group cluster = cg::this_cluster();
+  cluster.sync();
+  for (int o = part * kThreads + threadIdx.x; o < outputs; o += parts * kThreads) {
+    float v = 0.0f;
+    for (int p = 0; p < parts; ++p) v += cluster.map_shared_rank(sums, p)[o];
+    store(o, v);
+  }
+  cluster.sync();
+#endif
 }
 
 int smem_budget() {
@@ -309,29 +350,127 @@ int multiprocessors() {
   return count;
 }
 
+bool has_clusters() {
+  static const bool yes = [] {
+    int device = 0, major = 0;
+    TANDEM_CUDA_CHECK(cudaGetDevice(&device));
+    TANDEM_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    return major >= 9;
+  }();
+  return yes;
+}
+
+// How a Linear's tiles are spread: tiles per block and k-slices (blocks of a cluster) per tile.
+struct Plan {
+  int tiles_per_block = 1;
+  int parts = 1;
+};
+
+// TANDEM_INT4_PLAN=tiles_per_block,parts forces one plan on every Linear (benchmark sweeps).
+bool forced_plan(Plan& plan) {
+  static const char* env = std::getenv("TANDEM_INT4_PLAN");
+  if (env == nullptr) return false;
+  return std::sscanf(env, "%d,%d", &plan.tiles_per_block, &plan.parts) == 2;
+}
+
+// The plan, from a sweep of every (tiles per block, parts) in {1, 2, 4, 8}^2 at Qwen2.5-7B's
+// shapes and 1-32 tokens on the H200 (NOTES.md v12):
+// - Many tiles (gate|up, >= 8 a SM): k unsliced, up to 8 tokens several tiles a block as before;
+//   past 8 tokens one tile a warp in 2 slices (7B gate|up at 16 tokens 61.7 -> 54.6 us).
+// - Few tiles (q|k|v, o, down): one tile a warp and k in up to 8 slices, as many as one wave of
+//   blocks holds. Each block stages only its slice of x, and the blocks are as many as with one
+//   tile a block. 7B down at 5 / 16 / 32 tokens 32.8 / 69.2 / 126.8 -> 22.7 / 26.9 / 39.6 us.
+//   At 1-2 tokens the unsliced kernel ties or wins except on long rows (down: 23.0 -> 22.5).
+Plan choose_plan(int tiles, int k, int m, int sms, int sliced_slots, bool clusters) {
+  Plan plan;
+  if (forced_plan(plan)) return plan;
+  if (tiles >= 8 * sms) {
+    if (m > 8) return clusters ? Plan{kWarps, 2} : Plan{kWarps, 1};
+    return Plan{tiles >= 16 * sms ? 4 : 2, 1};
+  }
+  if (!clusters || (m <= 2 && k < 8192)) return plan;
+  const int pairs = k / 64;
+  const int tile_blocks = (tiles + kWarps - 1) / kWarps;
+  plan.tiles_per_block = kWarps;
+  for (int parts = 2; parts <= 8 && parts <= pairs; parts *= 2) {
+    if (tile_blocks * parts <= sliced_slots) plan.parts = parts;
+  }
+  if (plan.parts == 1) plan.tiles_per_block = 1;  // too few blocks to slice: one tile a block
+  return plan;
+}
+
+// Blocks of `kernel` an SM holds with `smem` bytes of shared memory, asked once per pair.
+int blocks_per_sm(const void* kernel, size_t smem) {
+  static std::mutex mutex;
+  static std::map<std::pair<const void*, size_t>, int> known;
+  const std::lock_guard<std::mutex> lock(mutex);
+  auto [it, fresh] = known.try_emplace({kernel, smem}, 1);
+  if (fresh) {
+    int n = 0;
+    TANDEM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kThreads, smem));
+    it->second = std::max(n, 1);
+  }
+  return it->second;
+}
+
+// Shared memory of a launch: x in chunks of `chunk` features, the warps' sums and, sliced, the
+// block's sums for the cluster.
+struct SmemPlan {
+  int chunk = 0;
+  size_t bytes = 0;
+};
+
+template <int M>
+SmemPlan smem_plan(int k, bool sliced) {
+  const int reduce_bytes = kWarps * 16 * M * 4 * (sliced ? 2 : 1);
+  SmemPlan p;
+  p.chunk = std::min(((smem_budget() - reduce_bytes) / M - 64) / 2 / 64 * 64, k);
+  p.bytes = size_t(M) * x_stride_words(p.chunk) * 4 + size_t(reduce_bytes);
+  return p;
+}
+
+template <typename Kernel>
+void allow_smem(Kernel* kernel, size_t bytes) {
+  if (bytes > 48 * 1024) {
+    TANDEM_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+  }
+}
+
 template <int M, typename Out>
 void launch_gemv_m(const __nv_bfloat16* x, const Int4Matrix& w, int32_t m, Out* y, int32_t ldy,
                    cudaStream_t stream) {
   const int tiles = (w.n + 15) / 16;
-  // Several tiles per block when there are many: x is staged once for all of them. Few tiles
-  // (n <= 16 * 8 * SMs) keep one per block so that every SM has blocks.
   const int sms = multiprocessors();
-  int tiles_per_block = tiles >= 16 * sms ? 4 : tiles >= 8 * sms ? 2 : 1;
-  // Beyond one token tile every block staging all of x (M x k) dominates: one tile per warp
-  // (8 a block) halves that where there are tiles enough (gate|up). Measured on the H200
-  // (NOTES.md v11): 7B gate|up at 20 tokens 83.5 -> 75.4 us with the larger budget below.
-  if (M > 8 && tiles >= kWarps * sms) tiles_per_block = kWarps;
-  const int reduce_bytes = kWarps * 16 * M * 4;
-  int chunk = ((smem_budget() - reduce_bytes) / M - 64) / 2 / 64 * 64;
-  if (chunk > w.k) chunk = w.k;
-  const size_t smem = size_t(M) * x_stride_words(chunk) * 4 + size_t(reduce_bytes);
-  if (smem > 48 * 1024) {
-    TANDEM_CUDA_CHECK(cudaFuncSetAttribute(int4_gemv_kernel<M, Out>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  auto* sliced = int4_gemv_kernel<M, true, Out>;
+  const SmemPlan sliced_smem = smem_plan<M>(w.k, true);
+  allow_smem(sliced, sliced_smem.bytes);  // before the occupancy query, which counts on it
+  const int sliced_slots =
+      sms * blocks_per_sm(reinterpret_cast<const void*>(sliced), sliced_smem.bytes);
+  const Plan plan = choose_plan(tiles, w.k, M, sms, sliced_slots, has_clusters());
+  const int blocks = (tiles + plan.tiles_per_block - 1) / plan.tiles_per_block * plan.parts;
+  if (plan.parts == 1) {
+    auto* kernel = int4_gemv_kernel<M, false, Out>;
+    const SmemPlan smem = smem_plan<M>(w.k, false);
+    allow_smem(kernel, smem.bytes);
+    kernel<<<blocks, kThreads, smem.bytes, stream>>>(x, w, m, plan.tiles_per_block, 1, smem.chunk,
+                                                     y, ldy);
+    return;
   }
-  const int blocks = (tiles + tiles_per_block - 1) / tiles_per_block;
-  int4_gemv_kernel<M, Out>
-      <<<blocks, kThreads, smem, stream>>>(x, w, m, tiles_per_block, chunk, y, ldy);
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(unsigned(blocks));
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = sliced_smem.bytes;
+  config.stream = stream;
+  cudaLaunchAttribute cluster = {};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = unsigned(plan.parts);
+  cluster.val.clusterDim.y = 1;
+  cluster.val.clusterDim.z = 1;
+  config.attrs = &cluster;
+  config.numAttrs = 1;
+  TANDEM_CUDA_CHECK(cudaLaunchKernelEx(&config, sliced, x, w, m, plan.tiles_per_block, plan.parts,
+                                       sliced_smem.chunk, y, ldy));
 }
 
 // The instantiation for m tokens: exact up to one tile of 8; beyond, whole tiles with padded
