@@ -366,11 +366,26 @@ struct Plan {
   int parts = 1;
 };
 
-// TANDEM_INT4_PLAN=tiles_per_block,parts forces one plan on every Linear (benchmark sweeps).
-bool forced_plan(Plan& plan) {
+bool power_of_two_to_8(int v) {
+  return v == 1 || v == 2 || v == 4 || v == 8;
+}
+
+// TANDEM_INT4_PLAN=tiles_per_block,parts forces one plan on every Linear (benchmark sweeps);
+// each of 1, 2, 4, 8, and parts > 1 only where clusters exist. Anything else is refused.
+bool forced_plan(Plan& plan, bool clusters) {
   static const char* env = std::getenv("TANDEM_INT4_PLAN");
   if (env == nullptr) return false;
-  return std::sscanf(env, "%d,%d", &plan.tiles_per_block, &plan.parts) == 2;
+  char tail = 0;
+  if (std::sscanf(env, "%d,%d%c", &plan.tiles_per_block, &plan.parts, &tail) != 2 ||
+      !power_of_two_to_8(plan.tiles_per_block) || !power_of_two_to_8(plan.parts) ||
+      (plan.parts > 1 && !clusters)) {
+    std::fprintf(stderr,
+                 "TANDEM_INT4_PLAN=%s: want tiles_per_block,parts, each 1, 2, 4 or 8 (parts > 1 "
+                 "needs sm_90 clusters)\n",
+                 env);
+    std::abort();
+  }
+  return true;
 }
 
 // The plan, from a sweep of every (tiles per block, parts) in {1, 2, 4, 8}^2 at Qwen2.5-7B's
@@ -383,7 +398,7 @@ bool forced_plan(Plan& plan) {
 //   At 1-2 tokens the unsliced kernel ties or wins except on long rows (down: 23.0 -> 22.5).
 Plan choose_plan(int tiles, int k, int m, int sms, int sliced_slots, bool clusters) {
   Plan plan;
-  if (forced_plan(plan)) return plan;
+  if (forced_plan(plan, clusters)) return plan;
   if (tiles >= 8 * sms) {
     if (m > 8) return clusters ? Plan{kWarps, 2} : Plan{kWarps, 1};
     return Plan{tiles >= 16 * sms ? 4 : 2, 1};
