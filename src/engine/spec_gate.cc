@@ -24,15 +24,22 @@ bool SpecGate::shut(int32_t batch_size) const {
          b.spec.median() > b.plain.median() * (1.0 + kMargin);
 }
 
+bool SpecGate::clear_win(const Bucket& b) {
+  return b.spec.observed >= kMinSpecSamples && b.plain.observed > 0 &&
+         b.spec.median() <= b.plain.median() * kClearWin;
+}
+
 bool SpecGate::speculate(int32_t batch_size) {
   Bucket& b = buckets_[bucket_of(batch_size)];
   const int64_t step = b.steps++;
   // Shut: plain steps, with a speculative probe of kProbeSteps steps every kProbePeriod. Open:
   // speculative steps, with a plain probe every kProbePeriod (the first one after
-  // kMinSpecSteps, so the comparison starts early).
+  // kMinSpecSteps, so the comparison starts early; kClearWinPeriod while speculation clearly
+  // wins).
   if (shut(batch_size)) return step % kProbePeriod < kProbeSteps;
   if (b.plain.observed == 0) return step != kMinSpecSteps;
-  return step % kProbePeriod != kProbePeriod - 1;
+  const int64_t period = clear_win(b) ? kClearWinPeriod : kProbePeriod;
+  return step % period != period - 1;
 }
 
 void SpecGate::observe(int32_t batch_size, bool speculated, double step_ms, int64_t emitted) {

@@ -28,7 +28,14 @@ class SpecGate {
   // to three first-use outliers.
   static constexpr int32_t kMinSpecSamples = 6;
   static constexpr double kMargin = 0.05;  // speculation must be this much slower to shut
-  static constexpr int32_t kWindow = 8;    // recent steps per side, compared by medians
+  // While a speculative token costs at most kClearWin of a plain one (over kMinSpecSamples
+  // steps), plain probes come every kClearWinPeriod steps instead: each costs a speculating
+  // batch (1 - 1 / speed-up) of a step's tokens (2 of ~35 steps in a 128-token run at 1.86x,
+  // most of adaptive's gap to a fixed k on the H200), and the plain cost of a batch size drifts
+  // slowly (context length), while the speculative side is measured at every step.
+  static constexpr double kClearWin = 0.75;
+  static constexpr int32_t kClearWinPeriod = 4 * kProbePeriod;
+  static constexpr int32_t kWindow = 8;  // recent steps per side, compared by medians
 
   // What a step of `batch_size` sequences runs: true = the draft policy's k per sequence,
   // false = plain decoding (k = 0 for every sequence). Counts the step.
@@ -51,6 +58,7 @@ class SpecGate {
     Samples spec, plain;
   };
   static size_t bucket_of(int32_t batch_size);
+  static bool clear_win(const Bucket& b);
 
   std::array<Bucket, 12> buckets_{};  // batch sizes 1, 2-3, 4-7, ..., 1024 and above
 };

@@ -50,13 +50,29 @@ TEST_CASE("spec gate: shuts where speculating costs more per token, probing it e
 
 TEST_CASE("spec gate: stays open where speculation pays, probing plain every period") {
   SpecGate gate;
-  // Batch 1, bf16-like: 5 ms for 3.4 tokens against 4 ms for 1.
+  // Batch 1, a narrow win: 10 ms for 3 tokens (3.33 each) against 4 ms for 1.
   const int n = 10 * SpecGate::kProbePeriod;
-  const int speculated = run(gate, 1, n, 5.0, 3, 4.0, 1);
+  const int speculated = run(gate, 1, n, 10.0, 3, 4.0, 1);
   CHECK_FALSE(gate.shut(1));
   // All but the plain probes: the first after kMinSpecSteps, then one a period.
-  CHECK(speculated >= n - n / SpecGate::kProbePeriod - 1);
-  CHECK(speculated < n);
+  CHECK(speculated == n - n / SpecGate::kProbePeriod - 1);
+}
+
+TEST_CASE("spec gate: while speculation clearly wins, plain probes come a long period apart") {
+  SpecGate gate;
+  // Batch 1, bf16-like: 8 ms for 4 tokens (2 each) against 4 ms for 1, a speculative token
+  // half a plain one's cost (under kClearWin).
+  const int n = 4 * SpecGate::kClearWinPeriod;
+  const int speculated = run(gate, 1, n, 8.0, 4, 4.0, 1);
+  CHECK_FALSE(gate.shut(1));
+  // The first probe after kMinSpecSteps, then one each long period: by the short period's
+  // first probe (step 31) enough speculative steps were measured to skip it.
+  CHECK(speculated == n - n / SpecGate::kClearWinPeriod - 1);
+  // A narrower win, 16 ms for 5 tokens (3.2 each, 0.8 of a plain one): the short period.
+  SpecGate narrow;
+  const int m = 4 * SpecGate::kClearWinPeriod;
+  const int narrow_speculated = run(narrow, 1, m, 16.0, 5, 4.0, 1);
+  CHECK(narrow_speculated == m - m / SpecGate::kProbePeriod - 1);
 }
 
 TEST_CASE("spec gate: reopens when the speculative probes get cheaper") {
