@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
-#include <utility>
+#include <tuple>
 
 #include "cuda_check.cuh"
 
@@ -329,35 +329,34 @@ __global__ void __launch_bounds__(kThreads, M <= 8 ? 3 : 2)
 #endif
 }
 
-int smem_budget() {
-  static const int bytes = [] {
-    int device = 0, optin = 0;
-    TANDEM_CUDA_CHECK(cudaGetDevice(&device));
+// What the launch plans need from the current device, asked once per device: the two stages
+// of a disaggregated engine may run on GPUs of different kinds.
+struct DeviceFacts {
+  int device = 0;
+  int smem_budget = 0;  // shared memory a block may use for x: kSmemBytes or the opt-in limit
+  int sms = 0;
+  bool clusters = false;  // sm_90: thread-block clusters with distributed shared memory
+};
+
+const DeviceFacts& device_facts() {
+  static std::mutex mutex;
+  static std::map<int, DeviceFacts> known;  // references stay valid as devices are added
+  int device = 0;
+  TANDEM_CUDA_CHECK(cudaGetDevice(&device));
+  const std::lock_guard<std::mutex> lock(mutex);
+  auto [it, fresh] = known.try_emplace(device);
+  if (fresh) {
+    DeviceFacts& f = it->second;
+    int optin = 0, major = 0;
     TANDEM_CUDA_CHECK(
         cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-    return std::min(kSmemBytes, optin);
-  }();
-  return bytes;
-}
-
-int multiprocessors() {
-  static const int count = [] {
-    int device = 0, sms = 0;
-    TANDEM_CUDA_CHECK(cudaGetDevice(&device));
-    TANDEM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    return sms;
-  }();
-  return count;
-}
-
-bool has_clusters() {
-  static const bool yes = [] {
-    int device = 0, major = 0;
-    TANDEM_CUDA_CHECK(cudaGetDevice(&device));
+    TANDEM_CUDA_CHECK(cudaDeviceGetAttribute(&f.sms, cudaDevAttrMultiProcessorCount, device));
     TANDEM_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-    return major >= 9;
-  }();
-  return yes;
+    f.device = device;
+    f.smem_budget = std::min(kSmemBytes, optin);
+    f.clusters = major >= 9;
+  }
+  return it->second;
 }
 
 // How a Linear's tiles are spread: tiles per block and k-slices (blocks of a cluster) per tile.
@@ -414,12 +413,12 @@ Plan choose_plan(int tiles, int k, int m, int sms, int sliced_slots, bool cluste
   return plan;
 }
 
-// Blocks of `kernel` an SM holds with `smem` bytes of shared memory, asked once per pair.
-int blocks_per_sm(const void* kernel, size_t smem) {
+// Blocks of `kernel` an SM of `device` holds with `smem` bytes of shared memory, asked once.
+int blocks_per_sm(int device, const void* kernel, size_t smem) {
   static std::mutex mutex;
-  static std::map<std::pair<const void*, size_t>, int> known;
+  static std::map<std::tuple<int, const void*, size_t>, int> known;
   const std::lock_guard<std::mutex> lock(mutex);
-  auto [it, fresh] = known.try_emplace({kernel, smem}, 1);
+  auto [it, fresh] = known.try_emplace({device, kernel, smem}, 1);
   if (fresh) {
     int n = 0;
     TANDEM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kThreads, smem));
@@ -436,10 +435,10 @@ struct SmemPlan {
 };
 
 template <int M>
-SmemPlan smem_plan(int k, bool sliced) {
+SmemPlan smem_plan(int smem_budget, int k, bool sliced) {
   const int reduce_bytes = kWarps * 16 * M * 4 * (sliced ? 2 : 1);
   SmemPlan p;
-  p.chunk = std::min(((smem_budget() - reduce_bytes) / M - 64) / 2 / 64 * 64, k);
+  p.chunk = std::min(((smem_budget - reduce_bytes) / M - 64) / 2 / 64 * 64, k);
   p.bytes = size_t(M) * x_stride_words(p.chunk) * 4 + size_t(reduce_bytes);
   return p;
 }
@@ -456,17 +455,17 @@ template <int M, typename Out>
 void launch_gemv_m(const __nv_bfloat16* x, const Int4Matrix& w, int32_t m, Out* y, int32_t ldy,
                    cudaStream_t stream) {
   const int tiles = (w.n + 15) / 16;
-  const int sms = multiprocessors();
+  const DeviceFacts& dev = device_facts();
   auto* sliced = int4_gemv_kernel<M, true, Out>;
-  const SmemPlan sliced_smem = smem_plan<M>(w.k, true);
+  const SmemPlan sliced_smem = smem_plan<M>(dev.smem_budget, w.k, true);
   allow_smem(sliced, sliced_smem.bytes);  // before the occupancy query, which counts on it
   const int sliced_slots =
-      sms * blocks_per_sm(reinterpret_cast<const void*>(sliced), sliced_smem.bytes);
-  const Plan plan = choose_plan(tiles, w.k, M, sms, sliced_slots, has_clusters());
+      dev.sms * blocks_per_sm(dev.device, reinterpret_cast<const void*>(sliced), sliced_smem.bytes);
+  const Plan plan = choose_plan(tiles, w.k, M, dev.sms, sliced_slots, dev.clusters);
   const int blocks = (tiles + plan.tiles_per_block - 1) / plan.tiles_per_block * plan.parts;
   if (plan.parts == 1) {
     auto* kernel = int4_gemv_kernel<M, false, Out>;
-    const SmemPlan smem = smem_plan<M>(w.k, false);
+    const SmemPlan smem = smem_plan<M>(dev.smem_budget, w.k, false);
     allow_smem(kernel, smem.bytes);
     kernel<<<blocks, kThreads, smem.bytes, stream>>>(x, w, m, plan.tiles_per_block, 1, smem.chunk,
                                                      y, ldy);
