@@ -395,7 +395,9 @@ bool forced_plan(Plan& plan, bool clusters) {
 //   blocks holds. Each block stages only its slice of x, and the blocks are as many as with one
 //   tile a block. 7B down at 5 / 16 / 32 tokens 32.8 / 69.2 / 126.8 -> 22.7 / 26.9 / 39.6 us.
 //   At 1-2 tokens the unsliced kernel ties or wins except on long rows (down: 23.0 -> 22.5).
-Plan choose_plan(int tiles, int k, int m, int sms, int sliced_slots, bool clusters) {
+// `sliced_slots()`: how many sliced blocks one wave holds; asked only where slicing is weighed.
+template <typename SlotsFn>
+Plan choose_plan(int tiles, int k, int m, int sms, bool clusters, SlotsFn sliced_slots) {
   Plan plan;
   if (forced_plan(plan, clusters)) return plan;
   if (tiles >= 8 * sms) {
@@ -405,9 +407,10 @@ Plan choose_plan(int tiles, int k, int m, int sms, int sliced_slots, bool cluste
   if (!clusters || (m <= 2 && k < 8192)) return plan;
   const int pairs = k / 64;
   const int tile_blocks = (tiles + kWarps - 1) / kWarps;
+  const int slots = sliced_slots();
   plan.tiles_per_block = kWarps;
   for (int parts = 2; parts <= 8 && parts <= pairs; parts *= 2) {
-    if (tile_blocks * parts <= sliced_slots) plan.parts = parts;
+    if (tile_blocks * parts <= slots) plan.parts = parts;
   }
   if (plan.parts == 1) plan.tiles_per_block = 1;  // too few blocks to slice: one tile a block
   return plan;
@@ -458,10 +461,11 @@ void launch_gemv_m(const __nv_bfloat16* x, const Int4Matrix& w, int32_t m, Out* 
   const DeviceFacts& dev = device_facts();
   auto* sliced = int4_gemv_kernel<M, true, Out>;
   const SmemPlan sliced_smem = smem_plan<M>(dev.smem_budget, w.k, true);
-  allow_smem(sliced, sliced_smem.bytes);  // before the occupancy query, which counts on it
-  const int sliced_slots =
-      dev.sms * blocks_per_sm(dev.device, reinterpret_cast<const void*>(sliced), sliced_smem.bytes);
-  const Plan plan = choose_plan(tiles, w.k, M, dev.sms, sliced_slots, dev.clusters);
+  const Plan plan = choose_plan(tiles, w.k, M, dev.sms, dev.clusters, [&] {
+    allow_smem(sliced, sliced_smem.bytes);  // before the occupancy query, which counts on it
+    return dev.sms *
+           blocks_per_sm(dev.device, reinterpret_cast<const void*>(sliced), sliced_smem.bytes);
+  });
   const int blocks = (tiles + plan.tiles_per_block - 1) / plan.tiles_per_block * plan.parts;
   if (plan.parts == 1) {
     auto* kernel = int4_gemv_kernel<M, false, Out>;
@@ -471,6 +475,7 @@ void launch_gemv_m(const __nv_bfloat16* x, const Int4Matrix& w, int32_t m, Out* 
                                                      y, ldy);
     return;
   }
+  allow_smem(sliced, sliced_smem.bytes);  // a forced plan may not have asked the slots
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(unsigned(blocks));
   config.blockDim = dim3(kThreads);

@@ -67,12 +67,8 @@ TEST_CASE("spec gate: while speculation clearly wins, plain probes come a long p
   CHECK_FALSE(gate.shut(1));
   // The first probe after kMinSpecSteps, then one each long period: by the short period's
   // first probe (step 31) enough speculative steps were measured to skip it.
+  // (A narrower win keeps the short period: the test above, at 0.83 of a plain token.)
   CHECK(speculated == n - n / SpecGate::kClearWinPeriod - 1);
-  // A narrower win, 16 ms for 5 tokens (3.2 each, 0.8 of a plain one): the short period.
-  SpecGate narrow;
-  const int m = 4 * SpecGate::kClearWinPeriod;
-  const int narrow_speculated = run(narrow, 1, m, 16.0, 5, 4.0, 1);
-  CHECK(narrow_speculated == m - m / SpecGate::kProbePeriod - 1);
 }
 
 TEST_CASE("spec gate: reopens when the speculative probes get cheaper") {
