@@ -8,14 +8,15 @@
 #include "block_reduce.cuh"
 #include "cuda_check.cuh"
 #include "fp8_linear.cuh"
+#include "fp8_quant.cuh"
 
 namespace tandem::kernels {
 namespace {
 
-// src/runner/cpu/fp8_activations.cc: kFp8E4M3Max and vLLM's floor on dynamic scales, spelled
-// the same way so host and device round the division identically.
-constexpr float kE4M3Max = 448.0f;
-constexpr float kMinDynamicScale = 1.0f / (kE4M3Max * 512.0f);
+using fp8::amax8;
+using fp8::bf16_bits_to_float;
+using fp8::dynamic_scale;
+using fp8::quantize8;
 
 // e4m3 → fp16 is exact (fp16 holds every e4m3 value, subnormals included), fp16 → fp32 too;
 // cvt.rn.f16x2.e4m3x2 converts two at once. The low byte is .x.
@@ -34,46 +35,9 @@ __device__ __forceinline__ void e4m3x4_to_float(uint32_t w, float* f) {
   f[3] = hi.y;
 }
 
-// Round to nearest even, saturating to ±448, NaN → 0x7f: core/dtype.h's f32_to_fp8_e4m3.
-__device__ __forceinline__ uint32_t float2_to_e4m3x2(float a, float b) {
-  return __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E4M3);
-}
-
-__device__ __forceinline__ float bf16_bits_to_float(uint32_t bits16) {
-  return __uint_as_float(bits16 << 16);
-}
-
 // ---- activation quantization --------------------------------------------------------------
 
 constexpr int kQuantThreads = 256;
-
-__device__ __forceinline__ float amax8(const uint4& v) {
-  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-  float a = 0.0f;
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    a = fmaxf(a, fabsf(bf16_bits_to_float(w[j] & 0xffffu)));
-    a = fmaxf(a, fabsf(bf16_bits_to_float(w[j] >> 16)));
-  }
-  return a;
-}
-
-// Eight bf16 → eight e4m3 at `scale`, by IEEE division (no reciprocal) as the CPU does.
-__device__ __forceinline__ uint2 quantize8(const uint4& v, float scale) {
-  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-  uint32_t q[4];
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    q[j] = float2_to_e4m3x2(__fdiv_rn(bf16_bits_to_float(w[j] & 0xffffu), scale),
-                            __fdiv_rn(bf16_bits_to_float(w[j] >> 16), scale));
-  }
-  return make_uint2(q[0] | (q[1] << 16), q[2] | (q[3] << 16));
-}
-
-__device__ __forceinline__ float dynamic_scale(float amax, float scale_ub) {
-  if (scale_ub > 0.0f) amax = fminf(amax, scale_ub);
-  return fmaxf(__fdiv_rn(amax, kE4M3Max), kMinDynamicScale);
-}
 
 // One block per token: one scale over the whole row (per-token dynamic or static). The second
 // pass reads the row again from L1/L2.

@@ -4,6 +4,7 @@
 
 #include "block_reduce.cuh"
 #include "cuda_check.cuh"
+#include "fp8_quant.cuh"
 
 namespace tandem::kernels {
 namespace {
@@ -47,7 +48,76 @@ __global__ void __launch_bounds__(kMaxThreads)
   }
 }
 
+// add_rmsnorm_kernel's row (the same bits in residual and out), then that bf16 output quantized
+// as launch_fp8_quantize quantizes a row: amax over it, one scale, e4m3 of value / scale.
+template <int kPerThread>
+__global__ void __launch_bounds__(kMaxThreads)
+    add_rmsnorm_fp8_kernel(float* __restrict__ residual, const __nv_bfloat16* __restrict__ delta,
+                           const float* __restrict__ weight, int32_t width, float eps,
+                           __nv_bfloat16* __restrict__ out, Fp8RowQuant quant) {
+  __shared__ float scratch[32];
+  const int64_t base = int64_t(blockIdx.x) * width;
+  float v[kPerThread], wv[kPerThread];
+  float ss = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kPerThread; ++i) {
+    const int c = threadIdx.x + i * int(blockDim.x);
+    v[i] = 0.0f;
+    wv[i] = c < width ? weight[c] : 0.0f;
+    if (c < width) {
+      float x = residual[base + c];
+      if (delta != nullptr) {
+        x += __bfloat162float(delta[base + c]);
+        residual[base + c] = x;
+      }
+      v[i] = x;
+      ss += x * x;
+    }
+  }
+  ss = block_sum(ss, scratch);
+  const float inv = rsqrtf(ss / float(width) + eps);
+  float amax = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kPerThread; ++i) {
+    const int c = threadIdx.x + i * int(blockDim.x);
+    const __nv_bfloat16 o = __float2bfloat16(v[i] * inv * wv[i]);
+    v[i] = __bfloat162float(o);  // what launch_fp8_quantize would read back
+    if (c < width) {
+      out[base + c] = o;
+      amax = fmaxf(amax, fabsf(v[i]));
+    }
+  }
+  const float scale = quant.static_scale != nullptr
+                          ? *quant.static_scale
+                          : fp8::dynamic_scale(block_max(amax, scratch), quant.scale_ub);
+#pragma unroll
+  for (int i = 0; i < kPerThread; ++i) {
+    const int c = threadIdx.x + i * int(blockDim.x);
+    if (c < width) quant.xq[base + c] = fp8::quantize1(v[i], scale);
+  }
+  if (threadIdx.x == 0) quant.x_scale[blockIdx.x] = scale;
+}
+
 }  // namespace
+
+void launch_add_rmsnorm_fp8(float* residual, const __nv_bfloat16* delta, const float* weight,
+                            int32_t rows, int32_t width, float eps, __nv_bfloat16* out,
+                            const Fp8RowQuant& quant, cudaStream_t stream) {
+  if (rows == 0) return;
+  if (width > kMaxThreads * 8) {
+    std::fprintf(stderr, "add_rmsnorm_fp8: width %d over %d\n", width, kMaxThreads * 8);
+    std::abort();
+  }
+  if (width <= kMaxThreads * 4) {
+    const int threads = std::max(32, ((width + 3) / 4 + 31) / 32 * 32);
+    add_rmsnorm_fp8_kernel<4><<<rows, std::min(threads, kMaxThreads), 0, stream>>>(
+        residual, delta, weight, width, eps, out, quant);
+  } else {
+    add_rmsnorm_fp8_kernel<8>
+        <<<rows, kMaxThreads, 0, stream>>>(residual, delta, weight, width, eps, out, quant);
+  }
+  TANDEM_CUDA_CHECK_LAUNCH();
+}
 
 void launch_add_rmsnorm(float* residual, const __nv_bfloat16* delta, const float* weight,
                         int32_t rows, int32_t width, float eps, __nv_bfloat16* out,

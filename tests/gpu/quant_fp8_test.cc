@@ -7,9 +7,11 @@
 #include <cstdio>
 #include <cstring>
 #include <random>
+#include <tuple>
 
 #include "gpu_test_util.h"
 #include "kernels/fp8_linear.cuh"
+#include "kernels/rmsnorm.cuh"
 #include "model/dequant.h"
 #include "model/device_quant_layout.h"
 #include "model/quant_pack.h"
@@ -250,6 +252,55 @@ TEST_CASE("fp8 quantize: bit-identical to fp8_fake_quantize_activations on awkwa
       const auto [codes2, scales2] = run();
       CHECK((codes2 == codes));
       CHECK(same_bits(scales2.data(), scales.data(), scales.size() * 4));
+    }
+  }
+}
+
+TEST_CASE("add_rmsnorm_fp8: add_rmsnorm's bits, then launch_fp8_quantize's on its output") {
+  struct Case {
+    bool static_scale;
+    float ub;
+  };
+  // Widths of one thread's 4 and 8 values, one not a multiple of the block; rows of very
+  // different magnitudes and one zero row (the dynamic scale's floor).
+  for (auto [m, k] : {std::pair{1, 896}, std::pair{3, 1040}, std::pair{2, 3584}, std::pair{2, 4112},
+                      std::pair{1, 8192}}) {
+    for (Case c : {Case{false, 0.0f}, Case{false, 0.5f}, Case{true, 0.0f}}) {
+      CAPTURE(m);
+      CAPTURE(k);
+      CAPTURE(c.static_scale);
+      CAPTURE(c.ub);
+      const auto res = to_f32(activations(m, k, 7u + k, m > 2 ? 2 : -1));
+      const auto delta = activations(m, k, 9u + k, -1);
+      std::vector<float> gamma(static_cast<size_t>(k));
+      for (int i = 0; i < k; ++i) gamma[size_t(i)] = 0.5f + float(i % 7) * 0.25f;
+      const float eps = 1e-6f;
+      Dev<float> r_ref(res), r(res), g(gamma), s_static(std::vector<float>{0.0137f});
+      Dev<__nv_bfloat16> d(delta), out_ref(size_t(m) * k), out(size_t(m) * k);
+      Dev<uint8_t> xq_ref(size_t(m) * k), xq(size_t(m) * k);
+      Dev<float> xs_ref(static_cast<size_t>(m)), xs(static_cast<size_t>(m));
+      const float* st = c.static_scale ? s_static.p : nullptr;
+      kernels::launch_add_rmsnorm(r_ref.p, d.p, g.p, m, k, eps, out_ref.p, nullptr);
+      kernels::launch_fp8_quantize(out_ref.p, m, k, k, st, c.ub, xq_ref.p, xs_ref.p, nullptr);
+      auto run = [&] {
+        out.poison();
+        xq.poison();
+        xs.poison();
+        TANDEM_CUDA_CHECK(cudaMemcpy(r.p, res.data(), res.size() * 4, cudaMemcpyHostToDevice));
+        kernels::launch_add_rmsnorm_fp8(r.p, d.p, g.p, m, k, eps, out.p,
+                                        kernels::Fp8RowQuant{xq.p, xs.p, st, c.ub}, nullptr);
+        return std::tuple{out.get<uint16_t>(), xq.get<uint8_t>(), xs.get<float>()};
+      };
+      const auto [o, q, sc] = run();
+      CHECK((o == out_ref.get<uint16_t>()));
+      CHECK((q == xq_ref.get<uint8_t>()));
+      const auto sc_ref = xs_ref.get<float>();
+      CHECK(same_bits(sc.data(), sc_ref.data(), sc.size() * 4));
+      const auto rr = r.get<float>(), rr_ref = r_ref.get<float>();
+      CHECK(same_bits(rr.data(), rr_ref.data(), rr.size() * 4));
+      const auto [o2, q2, sc2] = run();
+      CHECK((q2 == q));
+      CHECK(same_bits(sc2.data(), sc.data(), sc.size() * 4));
     }
   }
 }

@@ -452,13 +452,12 @@ void CudaRunner::run_model(int32_t T, int32_t L) {
       kernels::launch_qkv_rope_gemv(input_normed, w.qkv.bf16(), H, rope_out, stream_);
     } else {
       // The previous layer's MLP output joins the residual here.
-      kernels::launch_add_rmsnorm(residual, li == 0 ? nullptr : delta, input_normed.weight, T, H,
-                                  eps, normed, stream_);
+      const bool qkv_fp8 = add_rmsnorm(li == 0 ? nullptr : delta, input_normed.weight, T, w.qkv);
       if (T <= kernels::kGemvMaxTokens && w.qkv.bf16() != nullptr && D % 16 == 0) {
         // Decode: RoPE and the K/V write in the projection's epilogue (the same bits).
         kernels::launch_qkv_rope_gemv(normed, w.qkv.bf16(), H, rope_out, stream_);
       } else {
-        linear(normed, w.qkv, T, qkv_.ptr());
+        linear_after_norm(normed, w.qkv, T, qkv_.ptr(), qkv_fp8);
         kernels::launch_rope_kv_write(qkv_.as<__nv_bfloat16>(), qkv_bias, meta + off_positions_,
                                       meta + off_slots_, inv_freq_.as<float>(), rope_shape,
                                       q_.as<__nv_bfloat16>(), kc, vc, stream_);
@@ -475,13 +474,13 @@ void CudaRunner::run_model(int32_t T, int32_t L) {
       continue;
     }
     linear(attn_.as<__nv_bfloat16>(), w.o, T, delta);
-    kernels::launch_add_rmsnorm(residual, delta, post_normed.weight, T, H, eps, normed, stream_);
+    const bool gate_up_fp8 = add_rmsnorm(delta, post_normed.weight, T, w.gate_up);
     // Fused: measured 4.55 vs 4.59 ms a 7B step (H200, NOTES.md v8), and the same bits.
     if (T <= kernels::kGemvMaxTokens && w.gate_up.bf16() != nullptr) {
       kernels::launch_gemv_swiglu(normed, w.gate_up.bf16(), T, I, H, act_.as<__nv_bfloat16>(),
                                   stream_);
     } else {
-      linear(normed, w.gate_up, T, gate_up_.ptr());
+      linear_after_norm(normed, w.gate_up, T, gate_up_.ptr(), gate_up_fp8);
       kernels::launch_silu_mul(gate_up_.as<__nv_bfloat16>(), T, I, act_.as<__nv_bfloat16>(),
                                stream_);
     }
@@ -524,6 +523,34 @@ void CudaRunner::attention(int32_t T, const __nv_bfloat16* kc, const __nv_bfloat
     kernels::launch_paged_attention(q, kc, vc, meta + off_token_seq_, meta + off_positions_,
                                     meta + off_seq_page_start_, meta + off_page_ids_, shape, out,
                                     stream_);
+  }
+}
+
+bool CudaRunner::add_rmsnorm(const __nv_bfloat16* delta, const float* norm_weight, int32_t T,
+                             const DeviceLinear& next) {
+  const ModelConfig& c = config_;
+  float* residual = residual_.as<float>();
+  auto* normed = normed_.as<__nv_bfloat16>();
+  const float eps = float(c.rms_norm_eps);
+  const int32_t H = int32_t(c.hidden_size);
+  TokenFp8Input fp8;
+  if (!token_fp8_input(next, &fp8)) {
+    kernels::launch_add_rmsnorm(residual, delta, norm_weight, T, H, eps, normed, stream_);
+    return false;
+  }
+  const kernels::Fp8RowQuant quant{linear_scratch_.xq.as<uint8_t>(),
+                                   linear_scratch_.x_scale.as<float>(), fp8.static_scale,
+                                   fp8.scale_ub};
+  kernels::launch_add_rmsnorm_fp8(residual, delta, norm_weight, T, H, eps, normed, quant, stream_);
+  return true;
+}
+
+void CudaRunner::linear_after_norm(const __nv_bfloat16* normed, const DeviceLinear& w, int32_t T,
+                                   void* y, bool quantized) {
+  if (quantized) {
+    run_linear_prequantized(w, T, y, /*out_f32=*/false, linear_scratch_, stream_);
+  } else {
+    linear(normed, w, T, y);
   }
 }
 

@@ -72,6 +72,13 @@ class CudaRunner final : public ModelRunner {
   void linear(const __nv_bfloat16* x, const DeviceLinear& w, int32_t m, void* y) {
     run_linear(w, x, m, y, /*out_f32=*/false, linear_scratch_, stream_);
   }
+  // residual_ += delta (when not null) and normed_ = RMSNorm(residual_) · norm_weight; when
+  // `next` (the Linear that reads normed_) is W8A8 with one scale a token, also its quantized
+  // input, in the same launch: returns whether it did (then linear_after_norm skips quantizing).
+  bool add_rmsnorm(const __nv_bfloat16* delta, const float* norm_weight, int32_t m,
+                   const DeviceLinear& next);
+  void linear_after_norm(const __nv_bfloat16* normed, const DeviceLinear& w, int32_t m, void* y,
+                         bool quantized);
 
   ModelConfig config_;
   int device_ = 0;

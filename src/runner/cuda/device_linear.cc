@@ -112,6 +112,29 @@ void run_linear(const DeviceLinear& w, const __nv_bfloat16* x, int32_t m, void* 
   }
 }
 
+bool token_fp8_input(const DeviceLinear& w, TokenFp8Input* input) {
+  if (w.parts.size() != 1 || !w8a8(w.parts[0]) || fp8_group(w.parts[0], w.k) != w.k) return false;
+  const DeviceLinearPart& p = w.parts[0];
+  input->static_scale = p.input_scale.bytes() > 0 ? p.input_scale.as<float>() : nullptr;
+  input->scale_ub = p.activation_scale_ub;
+  return true;
+}
+
+void run_linear_prequantized(const DeviceLinear& w, int32_t m, void* y, bool out_f32,
+                             const LinearScratch& s, cudaStream_t stream) {
+  TokenFp8Input input;
+  TANDEM_CHECK(token_fp8_input(w, &input));
+  if (m == 0) return;
+  const DeviceLinearPart& p = w.parts[0];
+  if (decode_sized(p, m)) {
+    kernels::launch_fp8_gemv(s.xq.as<uint8_t>(), s.x_scale.as<float>(), w.k, fp8_matrix(p, w.k), m,
+                             y, w.n, out_f32, stream);
+  } else {
+    s.fp8_gemm->run(s.xq.as<uint8_t>(), s.x_scale.as<float>(), fp8_matrix(p, w.k), m, y, w.n,
+                    out_f32, stream);
+  }
+}
+
 void prepare_linear(const DeviceLinear& w, int32_t max_m, bool out_f32, const LinearScratch& s) {
   for (const DeviceLinearPart& p : w.parts) {
     if (w8a8(p)) {

@@ -60,6 +60,20 @@ struct LinearScratch {
 void run_linear(const DeviceLinear& w, const __nv_bfloat16* x, int32_t m, void* y, bool out_f32,
                 const LinearScratch& scratch, cudaStream_t stream);
 
+// The quantization of `w`'s input when it is one W8A8 part with one activation scale a token
+// (dynamic per token, or static), which an RMSNorm can produce with its output
+// (kernels::launch_add_rmsnorm_fp8); else false.
+struct TokenFp8Input {
+  const float* static_scale = nullptr;  // device scalar, or null (dynamic)
+  float scale_ub = 0;
+};
+bool token_fp8_input(const DeviceLinear& w, TokenFp8Input* input);
+
+// run_linear for such a Linear whose input is already in scratch.xq / scratch.x_scale (one
+// scale a token): the quantize launch skipped.
+void run_linear_prequantized(const DeviceLinear& w, int32_t m, void* y, bool out_f32,
+                             const LinearScratch& scratch, cudaStream_t stream);
+
 // The algorithm searches of every GEMM shape `w` can reach with up to max_m rows, and the sizes
 // its parts need from LinearScratch (rows x k of a dequantized part; whether W8A8 runs).
 void prepare_linear(const DeviceLinear& w, int32_t max_m, bool out_f32,
