@@ -64,11 +64,12 @@ CpuRunner::CpuRunner(const ModelDir& model, const RunnerOptions& opts, int32_t n
                                    {"fp8 e4m3 (quantized at load)", fp8_copy_.bytes});
   }
   for (const auto& [format, bytes] : weight_bytes_by_format_) weights_bytes_ += bytes;
-  // Uninitialised on purpose: untouched pages cost no memory, and a page is always written
-  // before it is read (the block table covers only written positions).
+  // Mapped, not filled: untouched pages cost no memory, and a page is always written before it
+  // is read (the block table covers only written positions).
+  const size_t pool_bytes = page_floats_ * size_t(num_pages) * sizeof(float);
   for (int64_t l = 0; l < model.config.num_layers; ++l) {
-    k_pages_.push_back(std::make_unique_for_overwrite<float[]>(page_floats_ * size_t(num_pages)));
-    v_pages_.push_back(std::make_unique_for_overwrite<float[]>(page_floats_ * size_t(num_pages)));
+    k_pages_.emplace_back(pool_bytes);
+    v_pages_.emplace_back(pool_bytes);
   }
 }
 
@@ -174,8 +175,8 @@ void CpuRunner::run_layer(int64_t layer, const ForwardBatch& batch,
                inv_freq_);
   }
   const AttentionShape shape = attention_shape(c, page_size_);
-  float* k_cache = k_pages_[size_t(layer)].get();
-  float* v_cache = v_pages_[size_t(layer)].get();
+  float* k_cache = k_pages_[size_t(layer)].as<float>();
+  float* v_cache = v_pages_[size_t(layer)].as<float>();
   write_kv_pages(shape, batch.seqs, k_.data(), v_.data(), k_cache, v_cache);
   paged_attention(pool_, shape, batch.seqs, q_.data(), k_cache, v_cache, attn_.data());
   linear(pool_, attn_.data(), n, *w.o_proj, w.quant.o_proj, w.o_bias, h_.data());
@@ -219,8 +220,8 @@ void CpuRunner::copy_logits(std::span<float> out) {
 KvPoolView CpuRunner::kv_pool_view() {
   KvPoolView view;
   for (size_t l = 0; l < k_pages_.size(); ++l) {
-    view.k.push_back(reinterpret_cast<std::byte*>(k_pages_[l].get()));
-    view.v.push_back(reinterpret_cast<std::byte*>(v_pages_[l].get()));
+    view.k.push_back(k_pages_[l].as<std::byte>());
+    view.v.push_back(v_pages_[l].as<std::byte>());
   }
   view.page_bytes = page_floats_ * sizeof(float);
   view.num_pages = num_pages_;

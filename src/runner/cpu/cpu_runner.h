@@ -8,6 +8,7 @@
 #include <memory>
 #include <vector>
 
+#include "core/anonymous_memory.h"
 #include "model/model_dir.h"
 #include "runner/cpu/load_time_fp8.h"
 #include "runner/cpu/thread_pool.h"
@@ -56,9 +57,9 @@ class CpuRunner final : public ModelRunner {
   ThreadPool pool_;
   std::vector<float> inv_freq_;  // [head_dim / 2] RoPE inverse frequencies
 
-  size_t page_floats_;                             // page_size × num_kv_heads × head_dim
-  std::vector<std::unique_ptr<float[]>> k_pages_;  // [num_layers] → [num_pages, page_floats_]
-  std::vector<std::unique_ptr<float[]>> v_pages_;  // [num_layers] → [num_pages, page_floats_]
+  size_t page_floats_;                    // page_size × num_kv_heads × head_dim
+  std::vector<AnonymousMemory> k_pages_;  // [num_layers] → [num_pages, page_floats_] fp32
+  std::vector<AnonymousMemory> v_pages_;  // [num_layers] → [num_pages, page_floats_] fp32
 
   // Activations of the current forward, grown on demand (num_tokens = batch.tokens.size()).
   std::vector<float> x_;       // [num_tokens, hidden] residual stream
