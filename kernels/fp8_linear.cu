@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 
 #include "block_reduce.cuh"
 #include "cuda_check.cuh"
@@ -94,7 +95,7 @@ __global__ void __launch_bounds__(kQuantThreads)
 // ---- decode GEMV ---------------------------------------------------------------------------
 
 constexpr int kGemvWarps = 4;
-constexpr int kUnroll = 2;  // 16-byte weight loads in flight per lane and row
+constexpr int kUnroll = 2;  // 16-byte weight loads in flight per lane and row, from 3 tokens
 
 __device__ __forceinline__ uint32_t word(const uint4& v, int i) {
   return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
@@ -147,7 +148,8 @@ struct GemvArgs {
 // weight rows, so m tokens cost m / R activation conversions per weight byte. Segmented: the
 // scales change along k (128 × 128 weight blocks or 128-feature activation groups), so each
 // chunk's partial sum (inside one 128 block, as 16 | 128) is scaled before it is added.
-template <int M, int R, bool kSegmented, typename X, typename Out>
+// U: 16-byte weight loads in flight per lane and row.
+template <int M, int R, int U, bool kSegmented, typename X, typename Out>
 __global__ void __launch_bounds__(kGemvWarps * 32) fp8_gemv_kernel(X x, GemvArgs a) {
   const int lane = threadIdx.x & 31;
   const int row0 = (blockIdx.x * kGemvWarps + (threadIdx.x >> 5)) * R;
@@ -165,15 +167,15 @@ __global__ void __launch_bounds__(kGemvWarps * 32) fp8_gemv_kernel(X x, GemvArgs
 #pragma unroll
     for (int r = 0; r < R; ++r) acc[t][r] = 0.0f;
 
-  for (int c0 = lane; c0 < k16; c0 += 32 * kUnroll) {
-    uint4 wv[kUnroll][R];
+  for (int c0 = lane; c0 < k16; c0 += 32 * U) {
+    uint4 wv[U][R];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u)
+    for (int u = 0; u < U; ++u)
 #pragma unroll
       for (int r = 0; r < R; ++r)
         wv[u][r] = c0 + 32 * u < k16 ? __ldcs(wr[r] + c0 + 32 * u) : make_uint4(0u, 0u, 0u, 0u);
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
+    for (int u = 0; u < U; ++u) {
       const int c = c0 + 32 * u;
       if (c >= k16) break;
       float part[M][R];
@@ -243,16 +245,48 @@ __global__ void __launch_bounds__(kGemvWarps * 32) fp8_gemv_kernel(X x, GemvArgs
   }
 }
 
-template <int M, int R, typename X, typename Out>
-void launch_rows(X x, const GemvArgs& a, bool segmented, cudaStream_t stream) {
+template <int M, int R, int U, typename X, typename Out>
+void launch_rows_u(X x, const GemvArgs& a, bool segmented, cudaStream_t stream) {
   static_assert(M * R <= 32, "one lane stores each (token, row)");
   const int rows_per_block = kGemvWarps * R;
   const int blocks = (a.w.n + rows_per_block - 1) / rows_per_block;
   if (segmented) {
-    fp8_gemv_kernel<M, R, true, X, Out><<<blocks, kGemvWarps * 32, 0, stream>>>(x, a);
+    fp8_gemv_kernel<M, R, U, true, X, Out><<<blocks, kGemvWarps * 32, 0, stream>>>(x, a);
   } else {
-    fp8_gemv_kernel<M, R, false, X, Out><<<blocks, kGemvWarps * 32, 0, stream>>>(x, a);
+    fp8_gemv_kernel<M, R, U, false, X, Out><<<blocks, kGemvWarps * 32, 0, stream>>>(x, a);
   }
+}
+
+// TANDEM_FP8_UNROLL=2|4|8 forces the loads in flight at 1-2 tokens, for sweeps; anything else
+// set there aborts naming it. Unset: 0 (the rule in launch_rows).
+int forced_unroll() {
+  static const int u = [] {
+    const char* env = std::getenv("TANDEM_FP8_UNROLL");
+    if (env == nullptr) return 0;
+    const std::string v(env);
+    if (v != "2" && v != "4" && v != "8") {
+      std::fprintf(stderr, "TANDEM_FP8_UNROLL=%s: expected 2, 4 or 8\n", env);
+      std::abort();
+    }
+    return std::stoi(v);
+  }();
+  return u;
+}
+
+template <int M, int R, typename X, typename Out>
+void launch_rows(X x, const GemvArgs& a, bool segmented, cudaStream_t stream) {
+  if constexpr (M <= 2) {
+    // Four loads in flight a lane instead of two where it measured faster (H200, 7B shapes,
+    // NOTES.md v13): at two tokens, Linears of few rows (q|k|v, o, down: 85.3 -> 80.7 us a
+    // layer; FP8 7B batch 2 3.26 -> 3.14 ms), and block-scaled long rows (down_proj, k =
+    // 18,944: 31.4 -> 27.0 us at one token). Elsewhere two were as fast or faster (gate|up,
+    // channel-scaled rows at one token), and eight were slower everywhere.
+    const bool four = (M == 2 && a.w.n <= 8192) || (segmented && a.w.k >= 8192);
+    const int u = forced_unroll() != 0 ? forced_unroll() : four ? 4 : kUnroll;
+    if (u == 8) return launch_rows_u<M, R, 8, X, Out>(x, a, segmented, stream);
+    if (u == 4) return launch_rows_u<M, R, 4, X, Out>(x, a, segmented, stream);
+  }
+  launch_rows_u<M, R, kUnroll, X, Out>(x, a, segmented, stream);
 }
 
 // Rows per warp by token count: one row at m = 1 (the most warps in flight), more as the
