@@ -42,7 +42,9 @@ Result<Batch> prefill(ModelRunner& target, ModelRunner& draft, PagePool& target_
       seq->tokens.push_back(int32_t((int64_t(i) * 7919 + int64_t(s) * 104729 + 13) % prompt_vocab));
     }
     seq->prompt_len = o.input_len;
-    seq->params.temperature = 0.0f;
+    seq->params.temperature = o.temperature;
+    seq->rng = SamplingRng{uint64_t(s) + 1, 0};
+    seq->draft_rng = SamplingRng{uint64_t(s) + 1001, 0};
     seq->params.max_tokens = o.output_len;
     const int64_t most = int64_t(o.input_len) + o.output_len + o.ks.back() + 1;
     if (!seq->pages.reserve(target_pool, most, page) ||
@@ -83,6 +85,8 @@ void rewind(Batch& b, int32_t input_len) {
     seq->spec_acceptance = 0.7;
     seq->spec_steps = 0;
     seq->decode_steps = 0;
+    seq->rng.counter = 0;  // every run draws the same stream
+    seq->draft_rng.counter = 0;
   }
 }
 
@@ -92,7 +96,7 @@ std::vector<std::vector<int32_t>> outputs(const Batch& b) {
   return out;
 }
 
-// Plain greedy decoding, one token per sequence per step. Returns the median step time.
+// Plain decoding, one token per sequence per step. Returns the median step time.
 double run_plain(ModelRunner& target, Batch& b, const SpecBenchOptions& o) {
   std::vector<double> steps;
   std::vector<ScheduledSeq> sched;
@@ -244,6 +248,7 @@ std::string spec_bench_json(const SpecBenchOptions& o, const std::vector<SpecBat
   j["draft"] = draft_label;
   j["input_len"] = o.input_len;
   j["output_len"] = o.output_len;
+  j["temperature"] = o.temperature;
   j["results"] = nlohmann::ordered_json::array();
   for (const SpecBatchResult& r : results) {
     nlohmann::ordered_json b;
@@ -251,20 +256,22 @@ std::string spec_bench_json(const SpecBenchOptions& o, const std::vector<SpecBat
     b["plain"] = {{"step_ms", r.plain_step_ms}, {"tok_per_s", r.plain_tok_per_s}};
     b["spec"] = nlohmann::ordered_json::array();
     for (const SpecRun& s : r.runs) {
-      b["spec"].push_back({{"mode", s.mode},
-                           {"k", s.k},
-                           {"steps", s.steps},
-                           {"plain_steps", s.plain_steps},
-                           {"draft_step_ms", s.draft_step_ms},
-                           {"verify_ms", s.verify_ms},
-                           {"accept_ms", s.accept_ms},
-                           {"step_ms", s.step_ms},
-                           {"acceptance_rate", s.acceptance_rate},
-                           {"token_acceptance", s.token_acceptance},
-                           {"tokens_per_step", s.tokens_per_step},
-                           {"tok_per_s", s.tok_per_s},
-                           {"speedup", s.speedup},
-                           {"outputs_match", s.outputs_match}});
+      b["spec"].push_back(
+          {{"mode", s.mode},
+           {"k", s.k},
+           {"steps", s.steps},
+           {"plain_steps", s.plain_steps},
+           {"draft_step_ms", s.draft_step_ms},
+           {"verify_ms", s.verify_ms},
+           {"accept_ms", s.accept_ms},
+           {"step_ms", s.step_ms},
+           {"acceptance_rate", s.acceptance_rate},
+           {"token_acceptance", s.token_acceptance},
+           {"tokens_per_step", s.tokens_per_step},
+           {"tok_per_s", s.tok_per_s},
+           {"speedup", s.speedup},
+           {"outputs_match", o.temperature > 0.0f ? nlohmann::ordered_json(nullptr)
+                                                  : nlohmann::ordered_json(s.outputs_match)}});
     }
     j["results"].push_back(std::move(b));
   }

@@ -1,5 +1,6 @@
 // The speculative-decoding benchmark behind `tandem bench spec`: a target and a draft runner on
-// one device, batch B decoding N tokens greedily, without speculation and with SpecDecoder at
+// one device, batch B decoding N tokens (greedily, or sampled at --temperature), without
+// speculation and with SpecDecoder at
 // fixed k and with the adaptive policy. It reports what the cost model needs (draft step time,
 // verify time as a function of k), the measured acceptance, and tok/s with and without. Every
 // speculative run must reproduce the plain run's tokens; the result says whether it did.
@@ -22,6 +23,10 @@ struct SpecBenchOptions {
   int32_t spec_max_batch = 32;             // the adaptive policy's --spec-max-batch
   int32_t valid_vocab = 0;                 // ids both models sample over
   int32_t max_forward_tokens = 0;          // the runners' max_batch_tokens (0: no limit)
+  // 0: greedy (every speculative run must reproduce the plain run's tokens). > 0: sampled at
+  // this temperature, unseeded generators fixed per sequence: the rejection rule runs, and the
+  // tokens differ from the plain run's (the distributions are equal), so no comparison is made.
+  float temperature = 0.0f;
 };
 
 struct SpecRun {
@@ -37,8 +42,8 @@ struct SpecRun {
   double token_acceptance = 0;  // per-token alpha: accepted / (accepted + rejections)
   double tokens_per_step = 0;   // per sequence: accepted + 1
   double tok_per_s = 0;
-  double speedup = 0;  // tok_per_s over the plain run's
-  bool outputs_match = false;
+  double speedup = 0;          // tok_per_s over the plain run's
+  bool outputs_match = false;  // greedy only (null in the JSON when sampled)
 };
 
 struct SpecBatchResult {

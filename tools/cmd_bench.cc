@@ -38,6 +38,10 @@ void register_bench_spec(CLI::App* bench, int& exit_code) {
       ->delimiter(',');
   cmd->add_option("--spec-max-batch", f->opts.spec_max_batch, "The adaptive run's limit")
       ->capture_default_str();
+  cmd->add_option("--temperature", f->opts.temperature,
+                  "0 = greedy; > 0 = sampled (the rejection rule, no token comparison)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--page-size", f->page_size, "KV page size")->capture_default_str();
   cmd->add_option("--threads", f->threads, "CPU runner threads (0 = all cores)");
   cmd->add_option("--quantization", f->quantization,

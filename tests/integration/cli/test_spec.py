@@ -84,6 +84,22 @@ class BenchSpecTest(unittest.TestCase):
                     self.assertGreater(s["draft_step_ms"], 0)
 
 
+    def test_bench_spec_sampled_runs_the_rejection_rule(self):
+        # At a temperature the tokens differ from the plain run's (only the distributions are
+        # equal): no comparison is reported, and the runs still accept drafts.
+        target = pattern_model("target", 0, seed=1)
+        draft = pattern_model("draft_0.25", 0.25, seed=2)
+        r = bench(target, draft, "--batch-sizes", 2, "--ks", 3, "--output-len", 24,
+                  "--temperature", 0.8)
+        self.assertAlmostEqual(r["temperature"], 0.8, places=6)
+        for s in r["results"][0]["spec"]:
+            self.assertIsNone(s["outputs_match"], s)
+            self.assertGreater(s["tok_per_s"], 0)
+            self.assertLessEqual(s["acceptance_rate"], 1)
+        fixed = [s for s in r["results"][0]["spec"] if s["mode"] == "fixed"][0]
+        self.assertGreater(fixed["acceptance_rate"], 0)
+
+
 class TwoStageDraftTest(unittest.TestCase):
     def test_two_stages_with_a_draft_equal_one_stage_without(self):
         target = pattern_model("target", 0, seed=1)
