@@ -1,8 +1,7 @@
 // Per-thread scratch vectors for the vocabulary-sized rows that sampling and speculative
-// acceptance need at every step. A fresh 150k-entry vector per row costs its page faults each
-// time (and, under meson test's MALLOC_PERTURB_, a fill on both allocation and release: that made
-// the speculative engine suite ~18x slower than the bare binary); a reused one costs only the
-// initialisation the caller asks for.
+// acceptance need at every step. A fresh 150k-entry vector per row is a fresh mapping, with a
+// page fault per 4 KB at first touch (and under MALLOC_PERTURB_ a fill at allocation and at
+// release); a reused one costs only the initialisation the caller asks for.
 #pragma once
 
 #include <cstddef>
