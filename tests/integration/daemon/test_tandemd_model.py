@@ -100,10 +100,14 @@ class TandemdModelTest(unittest.TestCase):
             if held["pools"][0]["used_pages"] > 0 and held["running"] == 1:
                 break
             time.sleep(0.02)
-        self.assertIsNone(victim.poll(), victim.stderr.read() if victim.stderr else "")
+        # The message only once the victim has ended: reading its stderr waits for its end, and
+        # an argument to assertIsNone would be read first, letting all 30,000 tokens finish
+        # before the kill (the test then passed without killing anything mid-stream).
+        if victim.poll() is not None:
+            self.fail("the client ended before the kill: " + victim.stderr.read())
         self.assertGreater(held["pools"][0]["used_pages"], 0)
         victim.kill()
-        victim.wait()
+        self.assertEqual(victim.wait(), -signal.SIGKILL)  # killed mid-stream, not finished
         victim.stderr.close()
         deadline = time.time() + 60
         while time.time() < deadline and status()["pools"][0]["used_pages"] != 0:
