@@ -6,7 +6,6 @@
 #include <limits>
 
 #include "core/check.h"
-#include "core/scratch.h"
 #include "engine/step.h"
 #include "sampling/speculative.h"
 
@@ -102,10 +101,7 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
   // Per sequence: k, the proposals, and the draft's probabilities for them.
   std::vector<int32_t> ks(n);
   std::vector<std::vector<int32_t>> proposals(n);
-  // [n][k, W] when sampling: the draft's probabilities of each proposal (capacity kept).
-  std::vector<std::vector<float>>& draft_probs = draft_probs_;
-  draft_probs.resize(n);
-  for (std::vector<float>& p : draft_probs) p.clear();
+  std::vector<std::vector<float>> draft_probs(n);      // [k, W] when sampling
   std::vector<std::pair<Sequence*, int64_t>> catchup;  // (sequence, draft tokens to reach)
   // Whole-step costs decide whether this batch size speculates at all (SpecGate). A fixed k
   // (benchmarks) always does, and so does a batch holding a seeded sampled sequence: timings
@@ -241,8 +237,7 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
     std::vector<size_t> sampled;  // indices into who
     for (size_t j = 0; j < who.size(); ++j)
       if (!seqs[who[j]]->params.greedy()) sampled.push_back(j);
-    struct DraftRowsTag;
-    std::vector<float>& row_probs = thread_scratch<DraftRowsTag>(sampled.size() * size_t(W), 0.0f);
+    std::vector<std::vector<float>> row_probs(sampled.size());  // [sampled][W]
     if (!sampled.empty()) {
       host_pool().parallel_for(int64_t(sampled.size()), 1, [&](int64_t begin, int64_t end) {
         for (int64_t s = begin; s < end; ++s) {
@@ -251,8 +246,8 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
           std::span<float> row(logits_.data() + j * size_t(dv), size_t(W));
           apply_logits_processors(row, seq.params, TokenHistory{seq.prompt(), outs[j]}, suppress[j],
                                   W);
-          logits_to_probs(row, seq.params,
-                          std::span<float>(row_probs).subspan(size_t(s) * size_t(W), size_t(W)));
+          row_probs[size_t(s)].resize(size_t(W));
+          logits_to_probs(row, seq.params, row_probs[size_t(s)]);
         }
       });
     }
@@ -263,7 +258,7 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
       if (seq.params.greedy()) {
         token = greedy_ids[g++];
       } else {
-        const std::span<const float> probs(row_probs.data() + size_t(s++) * size_t(W), size_t(W));
+        const std::vector<float>& probs = row_probs[s++];
         token = sample_from_probs(probs, seq.draft_rng.next_uniform());
         draft_probs[who[j]].insert(draft_probs[who[j]].end(), probs.begin(), probs.end());
       }
@@ -348,12 +343,10 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
       row += size_t(ks[i]) + 1;
     }
   }
-  struct TargetRowsTag;
-  std::vector<float>& target_probs = thread_scratch<TargetRowsTag>(tasks.size() * size_t(W), 0.0f);
+  std::vector<float> target_probs(tasks.size() * size_t(W));  // [tasks, W]
   if (!tasks.empty()) {
     host_pool().parallel_for(int64_t(tasks.size()), 1, [&](int64_t begin, int64_t end) {
-      struct ProcessedTag;
-      std::vector<float>& processed = thread_scratch<ProcessedTag>(size_t(W), 0.0f);  // [W]
+      std::vector<float> processed(static_cast<size_t>(W));  // one row's processed logits
       for (int64_t t = begin; t < end; ++t) {
         const RowTask& task = tasks[size_t(t)];
         const Sequence& seq = *seqs[task.seq];

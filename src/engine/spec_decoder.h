@@ -151,8 +151,7 @@ class SpecDecoder {
   int32_t valid_vocab_;
   std::mutex* pool_mu_ = nullptr;
   SpecStepTimes times_;
-  std::vector<float> logits_;                    // scratch: [rows, vocab] fp32 from copy_logits
-  std::vector<std::vector<float>> draft_probs_;  // scratch: [seqs][k, W] in step()
+  std::vector<float> logits_;  // scratch: [rows, vocab] fp32 from copy_logits
   StepTiming timing_;
   std::unique_ptr<ThreadPool> host_pool_;
 };

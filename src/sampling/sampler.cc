@@ -6,7 +6,6 @@
 #include <numeric>
 
 #include "core/check.h"
-#include "core/scratch.h"
 
 namespace tandem {
 namespace {
@@ -44,8 +43,7 @@ void softmax(const std::vector<double>& logits, std::vector<double>& probs) {
 void top_k_softmax(std::span<const float> logits, float temperature, int32_t k,
                    std::vector<double>& probs) {
   constexpr float kNegInfF = -std::numeric_limits<float>::infinity();
-  struct SortedTag;  // [vocab] NaN as -inf, for the selection
-  std::vector<float>& sorted = thread_scratch<SortedTag>(logits.size(), 0.0f);
+  std::vector<float> sorted(logits.size());  // [vocab] NaN as -inf, for the selection
   for (size_t i = 0; i < logits.size(); ++i)
     sorted[i] = std::isnan(logits[i]) ? kNegInfF : logits[i];
   std::nth_element(sorted.begin(), sorted.begin() + (k - 1), sorted.end(), std::greater<>());
@@ -73,8 +71,7 @@ void top_k_softmax(std::span<const float> logits, float temperature, int32_t k,
 void apply_top_p(std::vector<double>& probs, float top_p) {
   if (top_p >= 1.0f) return;
   // Only tokens still in play are ordered: after top-k that is k of them, not the whole vocab.
-  struct OrderTag;
-  std::vector<int32_t>& order = thread_scratch<OrderTag>(0, 0);  // [candidates] most likely first
+  std::vector<int32_t> order;  // [candidates] ids, most likely first
   for (size_t i = 0; i < probs.size(); ++i)
     if (probs[i] > 0.0) order.push_back(int32_t(i));
   // Probability descending, lower id first: a strict total order, so sorting only a prefix
@@ -121,8 +118,7 @@ void apply_logits_processors(std::span<float> logits, const ResolvedSampling& pa
 
   // vLLM's order: repetition penalty on prompt ∪ output, then frequency and presence on output.
   if (params.repetition_penalty != 1.0f) {
-    struct SeenTag;
-    std::vector<uint8_t>& seen = thread_scratch<SeenTag>(vocab, uint8_t(0));  // [vocab] 1 = seen
+    std::vector<uint8_t> seen(vocab, 0);  // [vocab] 1 = in prompt or output
     for (int32_t id : history.prompt) seen[size_t(id)] = 1;
     for (int32_t id : history.output) seen[size_t(id)] = 1;
     for (size_t i = 0; i < vocab; ++i) {
@@ -133,8 +129,7 @@ void apply_logits_processors(std::span<float> logits, const ResolvedSampling& pa
     }
   }
   if (params.frequency_penalty != 0.0f || params.presence_penalty != 0.0f) {
-    struct CountsTag;
-    std::vector<int32_t>& counts = thread_scratch<CountsTag>(vocab, 0);  // [vocab] in output
+    std::vector<int32_t> counts(vocab, 0);  // [vocab] occurrences in output
     for (int32_t id : history.output) counts[size_t(id)]++;
     for (size_t i = 0; i < vocab; ++i) {
       if (counts[i] == 0) continue;
@@ -155,13 +150,11 @@ void logits_to_probs(std::span<const float> logits, const ResolvedSampling& para
     probs[size_t(argmax_lowest(logits))] = 1.0f;
     return;
   }
-  struct ProbsTag;
-  std::vector<double>& p = thread_scratch<ProbsTag>(logits.size(), 0.0);  // [vocab] renormalised
+  std::vector<double> p(logits.size());  // [vocab] probabilities, renormalised after each cut
   if (params.top_k > 0 && size_t(params.top_k) < logits.size()) {
     top_k_softmax(logits, params.temperature, params.top_k, p);
   } else {
-    struct ScaledTag;
-    std::vector<double>& scaled = thread_scratch<ScaledTag>(logits.size(), 0.0);  // [vocab] / temp
+    std::vector<double> scaled(logits.size());  // [vocab] logits / temperature
     for (size_t i = 0; i < logits.size(); ++i) {
       // NaN logits are never sampled.
       scaled[i] = std::isnan(logits[i]) ? -std::numeric_limits<double>::infinity()
@@ -211,8 +204,7 @@ int32_t sample_from_probs(std::span<const float> probs, double u) {
 int32_t sample_token(std::span<const float> processed_logits, const ResolvedSampling& params,
                      SamplingRng& rng) {
   if (params.greedy()) return argmax_lowest(processed_logits);
-  struct RowTag;
-  std::vector<float>& probs = thread_scratch<RowTag>(processed_logits.size(), 0.0f);  // [vocab]
+  std::vector<float> probs(processed_logits.size());  // [vocab]
   logits_to_probs(processed_logits, params, probs);
   return sample_from_probs(probs, rng.next_uniform());
 }

@@ -56,6 +56,19 @@ bool decode_sized(const DeviceLinearPart& p, int32_t m) {
   return false;
 }
 
+// A W8A8 part on its activations already in s.xq / s.x_scale (`group` features a scale): the
+// GEMV at decode sizes, else the FP8 GEMM.
+void run_w8a8_quantized(const DeviceLinearPart& p, int32_t k, int32_t ldy, int32_t group, int32_t m,
+                        void* yp, bool out_f32, const LinearScratch& s, cudaStream_t stream) {
+  if (decode_sized(p, m)) {
+    kernels::launch_fp8_gemv(s.xq.as<uint8_t>(), s.x_scale.as<float>(), group, fp8_matrix(p, k), m,
+                             yp, ldy, out_f32, stream);
+  } else {
+    s.fp8_gemm->run(s.xq.as<uint8_t>(), s.x_scale.as<float>(), fp8_matrix(p, k), m, yp, ldy,
+                    out_f32, stream);
+  }
+}
+
 }  // namespace
 
 void run_linear(const DeviceLinear& w, const __nv_bfloat16* x, int32_t m, void* y, bool out_f32,
@@ -99,13 +112,7 @@ void run_linear(const DeviceLinear& w, const __nv_bfloat16* x, int32_t m, void* 
               p.input_scale.bytes() > 0 ? p.input_scale.as<float>() : nullptr;
           kernels::launch_fp8_quantize(x, m, w.k, group, static_scale, p.activation_scale_ub,
                                        s.xq.as<uint8_t>(), s.x_scale.as<float>(), stream);
-          if (decode) {
-            kernels::launch_fp8_gemv(s.xq.as<uint8_t>(), s.x_scale.as<float>(), group,
-                                     fp8_matrix(p, w.k), m, yp, w.n, out_f32, stream);
-          } else {
-            s.fp8_gemm->run(s.xq.as<uint8_t>(), s.x_scale.as<float>(), fp8_matrix(p, w.k), m, yp,
-                            w.n, out_f32, stream);
-          }
+          run_w8a8_quantized(p, w.k, w.n, group, m, yp, out_f32, s, stream);
         }
         break;
     }
@@ -125,14 +132,7 @@ void run_linear_prequantized(const DeviceLinear& w, int32_t m, void* y, bool out
   TokenFp8Input input;
   TANDEM_CHECK(token_fp8_input(w, &input));
   if (m == 0) return;
-  const DeviceLinearPart& p = w.parts[0];
-  if (decode_sized(p, m)) {
-    kernels::launch_fp8_gemv(s.xq.as<uint8_t>(), s.x_scale.as<float>(), w.k, fp8_matrix(p, w.k), m,
-                             y, w.n, out_f32, stream);
-  } else {
-    s.fp8_gemm->run(s.xq.as<uint8_t>(), s.x_scale.as<float>(), fp8_matrix(p, w.k), m, y, w.n,
-                    out_f32, stream);
-  }
+  run_w8a8_quantized(w.parts[0], w.k, w.n, /*group=*/w.k, m, y, out_f32, s, stream);
 }
 
 void prepare_linear(const DeviceLinear& w, int32_t max_m, bool out_f32, const LinearScratch& s) {
