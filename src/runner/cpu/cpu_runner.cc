@@ -6,7 +6,6 @@
 #include <cstring>
 
 #include "core/check.h"
-#include "core/scratch.h"
 #include "model/quant_tensors.h"
 #include "runner/cpu/cpu_ops.h"
 #include "runner/cpu/paged_attention.h"
@@ -195,8 +194,7 @@ void CpuRunner::sample(std::span<const SampleRequest> requests, std::span<int32_
   TANDEM_CHECK(out_tokens.size() >= requests.size(), "%zu outputs for %zu requests",
                out_tokens.size(), requests.size());
   const int64_t vocab = config_.vocab_size;
-  struct RowTag;
-  std::vector<float>& row = thread_scratch<RowTag>(size_t(vocab), 0.0f);  // [vocab] processed copy
+  std::vector<float> row(static_cast<size_t>(vocab));  // [vocab] processed copy of one logits row
   for (size_t i = 0; i < requests.size(); ++i) {
     const SampleRequest& r = requests[i];
     TANDEM_CHECK(r.params != nullptr, "sample request %zu has no parameters", i);
