@@ -125,11 +125,15 @@ __device__ double block_sum_d(double v, Shared& sh) {
   return out;
 }
 
+// kProbs: instead of drawing, write the row's probabilities (what the draw would sample from,
+// zeros outside the kept set) to probs [gridDim.x, probs_stride] over ids [0, valid), and 0 to
+// out (-1 when nothing is left to sample from, as in the draw).
+template <bool kProbs>
 __global__ void __launch_bounds__(kThreads)
     sample_kernel(const float* __restrict__ logits, int32_t stride, int32_t valid,
                   const SampleRowParams* __restrict__ params,
                   const LogitAdjust* __restrict__ adjust, float* __restrict__ scratch,
-                  int32_t* __restrict__ out) {
+                  int32_t* __restrict__ out, float* __restrict__ probs, int32_t probs_stride) {
   __shared__ Shared sh;
   const SampleRowParams P = params[blockIdx.x];
   const float* src = logits + int64_t(P.logit_row) * stride;
@@ -160,7 +164,14 @@ __global__ void __launch_bounds__(kThreads)
       if (argmax_better(row[i], i, bv, bi)) bv = row[i], bi = i;
     }
     bi = block_argmax(bv, bi, sh.sv, sh.si);
-    if (threadIdx.x == 0) out[blockIdx.x] = bi == 0x7fffffff ? -1 : bi;
+    if constexpr (kProbs) {
+      // Temperature 0 is the limit of a one-hot distribution at the argmax.
+      float* dst = probs + int64_t(blockIdx.x) * probs_stride;
+      for (int i = threadIdx.x; i < valid; i += kThreads) dst[i] = i == bi ? 1.0f : 0.0f;
+      if (threadIdx.x == 0) out[blockIdx.x] = bi == 0x7fffffff ? -1 : 0;
+    } else {
+      if (threadIdx.x == 0) out[blockIdx.x] = bi == 0x7fffffff ? -1 : bi;
+    }
     return;
   }
 
@@ -312,6 +323,21 @@ __global__ void __launch_bounds__(kThreads)
   for (int i = threadIdx.x; i < n; i += kThreads) local += kept(i, vals[i]);
   const double total = block_sum_d(local, sh);
 
+  if constexpr (kProbs) {
+    // float(p / total), as the host's logits_to_probs writes it; the prefiltered candidates are
+    // scattered into a zeroed row.
+    float* dst = probs + int64_t(blockIdx.x) * probs_stride;
+    if (ids != nullptr) {
+      for (int i = threadIdx.x; i < valid; i += kThreads) dst[i] = 0.0f;
+      __syncthreads();
+    }
+    for (int i = threadIdx.x; i < n; i += kThreads) {
+      dst[ids != nullptr ? ids[i] : i] = float(kept(i, vals[i]) / total);
+    }
+    if (threadIdx.x == 0) out[blockIdx.x] = 0;
+    return;
+  }
+
   // Inverse CDF in id order over float(p / total), as the host sums it.
   const int per = (n + kThreads - 1) / kThreads;
   const int begin = min(n, int(threadIdx.x) * per), end = min(n, begin + per);
@@ -355,8 +381,18 @@ void launch_sample_rows(const float* logits, int32_t row_stride, int32_t valid_v
                         const SampleRowParams* params, const LogitAdjust* adjust, int32_t num_rows,
                         float* scratch, int32_t* out, cudaStream_t stream) {
   if (num_rows == 0) return;
-  sample_kernel<<<num_rows, kThreads, 0, stream>>>(logits, row_stride, valid_vocab, params, adjust,
-                                                   scratch, out);
+  sample_kernel<false><<<num_rows, kThreads, 0, stream>>>(logits, row_stride, valid_vocab, params,
+                                                          adjust, scratch, out, nullptr, 0);
+  TANDEM_CUDA_CHECK_LAUNCH();
+}
+
+void launch_probs_rows(const float* logits, int32_t row_stride, int32_t valid_vocab,
+                       const SampleRowParams* params, const LogitAdjust* adjust, int32_t num_rows,
+                       float* scratch, int32_t* status, float* probs, int32_t probs_stride,
+                       cudaStream_t stream) {
+  if (num_rows == 0) return;
+  sample_kernel<true><<<num_rows, kThreads, 0, stream>>>(
+      logits, row_stride, valid_vocab, params, adjust, scratch, status, probs, probs_stride);
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 

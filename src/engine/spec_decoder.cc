@@ -209,48 +209,23 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
     // device: only ids cross to the host); sampled rows need the draft's probabilities, so
     // only then are logits copied.
     std::vector<std::vector<int32_t>> outs(who.size()), suppress(who.size());
-    std::vector<SampleRequest> greedy_reqs;
-    bool any_sampled = false;
+    std::vector<SampleRequest> greedy_reqs, sampled_reqs;
     for (size_t j = 0; j < who.size(); ++j) {
       Sequence& seq = *seqs[who[j]];
       outs[j].assign(seq.output().begin(), seq.output().end());
       outs[j].insert(outs[j].end(), proposals[who[j]].begin(), proposals[who[j]].end());
       suppress[j] = banned_ids(seq, outs[j].size());
-      if (seq.params.greedy()) {
-        greedy_reqs.push_back(SampleRequest{int32_t(j), &seq.params,
-                                            TokenHistory{seq.prompt(), outs[j]}, suppress[j],
-                                            &seq.draft_rng});
-      } else {
-        any_sampled = true;
-      }
+      const SampleRequest req{int32_t(j), &seq.params, TokenHistory{seq.prompt(), outs[j]},
+                              suppress[j], &seq.draft_rng};
+      (seq.params.greedy() ? greedy_reqs : sampled_reqs).push_back(req);
     }
     std::vector<int32_t> greedy_ids(greedy_reqs.size());
     if (!greedy_reqs.empty()) draft_.sample(greedy_reqs, greedy_ids);
-    const int64_t dv = draft_.config().vocab_size;
-    if (any_sampled) {
-      logits_.resize(rows.size() * size_t(dv));
-      draft_.copy_logits(logits_);
-    }
+    // Sampled rows: the draft's processed probabilities (on the runner's device), then the
+    // draws on the host in row order.
+    std::vector<float> row_probs(sampled_reqs.size() * size_t(W));  // [sampled, W]
+    if (!sampled_reqs.empty()) draft_.probs(sampled_reqs, W, row_probs);
     draft_ms += now_ms() - t0;
-    // Sampled rows' processors and probabilities, one row per task (each takes milliseconds over
-    // a 150k vocabulary); the draws then go in row order.
-    std::vector<size_t> sampled;  // indices into who
-    for (size_t j = 0; j < who.size(); ++j)
-      if (!seqs[who[j]]->params.greedy()) sampled.push_back(j);
-    std::vector<std::vector<float>> row_probs(sampled.size());  // [sampled][W]
-    if (!sampled.empty()) {
-      host_pool().parallel_for(int64_t(sampled.size()), 1, [&](int64_t begin, int64_t end) {
-        for (int64_t s = begin; s < end; ++s) {
-          const size_t j = sampled[size_t(s)];
-          const Sequence& seq = *seqs[who[j]];
-          std::span<float> row(logits_.data() + j * size_t(dv), size_t(W));
-          apply_logits_processors(row, seq.params, TokenHistory{seq.prompt(), outs[j]}, suppress[j],
-                                  W);
-          row_probs[size_t(s)].resize(size_t(W));
-          logits_to_probs(row, seq.params, row_probs[size_t(s)]);
-        }
-      });
-    }
     size_t g = 0, s = 0;
     for (size_t j = 0; j < who.size(); ++j) {
       Sequence& seq = *seqs[who[j]];
@@ -258,7 +233,7 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
       if (seq.params.greedy()) {
         token = greedy_ids[g++];
       } else {
-        const std::vector<float>& probs = row_probs[s++];
+        const std::span<const float> probs(row_probs.data() + size_t(s++) * size_t(W), size_t(W));
         token = sample_from_probs(probs, seq.draft_rng.next_uniform());
         draft_probs[who[j]].insert(draft_probs[who[j]].end(), probs.begin(), probs.end());
       }
@@ -289,16 +264,14 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
   timing_.verify_start_ns = timing_.draft_end_ns;
   target_.forward(ForwardBatch{tokens, slices, rows});
   // Greedy sequences: the target's processed argmax of each of their k + 1 rows through
-  // sample(), ids only. Sampled sequences: logits to the host for the rejection rule.
+  // sample(), ids only. Sampled sequences: probability rows for the rejection rule (below).
   std::vector<std::vector<int32_t>> histories(rows.size()), bans(rows.size());
   std::vector<SampleRequest> greedy_reqs;
-  bool any_sampled = false;
   {
     size_t row = 0;
     for (size_t i = 0; i < n; ++i) {
       Sequence& seq = *seqs[i];
       if (!seq.params.greedy()) {
-        any_sampled = true;
         row += size_t(ks[i]) + 1;
         continue;
       }
@@ -314,52 +287,40 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
   }
   std::vector<int32_t> target_ids(greedy_reqs.size());
   if (!greedy_reqs.empty()) target_.sample(greedy_reqs, target_ids);
-  const int64_t tv = target_.config().vocab_size;
-  if (any_sampled) {
-    logits_.resize(rows.size() * size_t(tv));
-    target_.copy_logits(logits_);
-  }
-  const double target_ms = now_ms() - t0;
-  timing_.verify_end_ns = trace_now_ns();
-  if (max_k > 0) policy_.observe_costs(draft_ms / max_k, target_ms);
-  const double accept_t0 = now_ms();
-
-  // Sampled sequences: every verify row's processed probabilities, one row per task. Row r of a
-  // sequence sees its output plus proposals [0, r).
-  struct RowTask {
-    size_t seq;
-    int32_t r;
-    size_t logit_row;
-  };
-  std::vector<RowTask> tasks;
-  std::vector<size_t> first_task(n, 0);  // index of each sequence's row 0 in tasks
+  // Sampled sequences: every verify row's processed probabilities (on the runner's device), one
+  // request a row; row r of a sequence sees its output plus proposals [0, r).
+  std::vector<size_t> first_task(n, 0);  // index of each sequence's row 0 in the requests
+  std::vector<std::vector<int32_t>> task_outs, task_bans;
+  std::vector<SampleRequest> task_reqs;
   {
-    size_t row = 0;
+    size_t row = 0, count = 0;
+    for (size_t i = 0; i < n; ++i)
+      if (!seqs[i]->params.greedy()) count += size_t(ks[i]) + 1;
+    task_outs.reserve(count);  // the requests point into these
+    task_bans.reserve(count);
     for (size_t i = 0; i < n; ++i) {
-      first_task[i] = tasks.size();
-      if (!seqs[i]->params.greedy()) {
-        for (int32_t r = 0; r <= ks[i]; ++r) tasks.push_back({i, r, row + size_t(r)});
+      first_task[i] = task_reqs.size();
+      const Sequence& seq = *seqs[i];
+      if (!seq.params.greedy()) {
+        for (int32_t r = 0; r <= ks[i]; ++r) {
+          std::vector<int32_t>& out =
+              task_outs.emplace_back(seq.output().begin(), seq.output().end());
+          out.insert(out.end(), proposals[i].begin(), proposals[i].begin() + r);
+          task_bans.push_back(banned_ids(seq, out.size()));
+          task_reqs.push_back(SampleRequest{int32_t(row) + r, &seq.params,
+                                            TokenHistory{seq.prompt(), out}, task_bans.back(),
+                                            nullptr});
+        }
       }
       row += size_t(ks[i]) + 1;
     }
   }
-  std::vector<float> target_probs(tasks.size() * size_t(W));  // [tasks, W]
-  if (!tasks.empty()) {
-    host_pool().parallel_for(int64_t(tasks.size()), 1, [&](int64_t begin, int64_t end) {
-      std::vector<float> processed(static_cast<size_t>(W));  // one row's processed logits
-      for (int64_t t = begin; t < end; ++t) {
-        const RowTask& task = tasks[size_t(t)];
-        const Sequence& seq = *seqs[task.seq];
-        std::vector<int32_t> out(seq.output().begin(), seq.output().end());
-        out.insert(out.end(), proposals[task.seq].begin(), proposals[task.seq].begin() + task.r);
-        std::copy_n(logits_.data() + task.logit_row * size_t(tv), W, processed.begin());
-        apply_logits_processors(processed, seq.params, TokenHistory{seq.prompt(), out},
-                                banned_ids(seq, out.size()), W);
-        logits_to_probs(processed, seq.params,
-                        std::span<float>(target_probs).subspan(size_t(t) * size_t(W), size_t(W)));
-      }
-    });
-  }
+  std::vector<float> target_probs(task_reqs.size() * size_t(W));  // [sampled rows, W]
+  if (!task_reqs.empty()) target_.probs(task_reqs, W, target_probs);
+  const double target_ms = now_ms() - t0;
+  timing_.verify_end_ns = trace_now_ns();
+  if (max_k > 0) policy_.observe_costs(draft_ms / max_k, target_ms);
+  const double accept_t0 = now_ms();
 
   std::vector<std::vector<int32_t>> result(n);
   size_t g = 0;
@@ -399,11 +360,6 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
   }
   times_ = SpecStepTimes{max_k, draft_ms, target_ms, now_ms() - accept_t0};
   return result;
-}
-
-ThreadPool& SpecDecoder::host_pool() {
-  if (host_pool_ == nullptr) host_pool_ = std::make_unique<ThreadPool>(0);
-  return *host_pool_;
 }
 
 void SpecDecoder::run_step(std::span<Sequence* const> seqs, PagePool& target_pool,

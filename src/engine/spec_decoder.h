@@ -20,7 +20,6 @@
 #include "engine/spec_gate.h"
 #include "kv/page_pool.h"
 #include "model/model_dir.h"
-#include "runner/cpu/thread_pool.h"
 #include "runner/runner.h"
 
 namespace tandem {
@@ -136,9 +135,6 @@ class SpecDecoder {
 
  private:
   std::unique_lock<std::mutex> lock_pools();
-  // Workers for the sampled rows' logits processing and probabilities (each row is independent
-  // of the others; the random draws stay in order on the calling thread). Made on first use.
-  ThreadPool& host_pool();
 
   ModelRunner& target_;
   ModelRunner& draft_;
@@ -151,9 +147,7 @@ class SpecDecoder {
   int32_t valid_vocab_;
   std::mutex* pool_mu_ = nullptr;
   SpecStepTimes times_;
-  std::vector<float> logits_;  // scratch: [rows, vocab] fp32 from copy_logits
   StepTiming timing_;
-  std::unique_ptr<ThreadPool> host_pool_;
 };
 
 }  // namespace tandem

@@ -110,6 +110,14 @@ class ModelRunner {
   // fp32 logits of the last forward: [num_logits, config().vocab_size]. For tests and
   // speculative verification on the CPU; the CUDA runner copies them to the host.
   virtual void copy_logits(std::span<float> out) = 0;
+  // Processed probabilities of the last forward's rows over ids [0, width), one row per request
+  // into out [requests.size(), width]: apply_logits_processors (the request's history and
+  // suppressed ids) then logits_to_probs, as the reference sampler computes them; no draw is
+  // made and request.rng is not read: what speculative acceptance of sampled rows needs. The
+  // CUDA runner computes them on the device (kernels/sample.cuh) and copies only these rows;
+  // the CPU runner runs the reference functions, rows in parallel.
+  virtual void probs(std::span<const SampleRequest> requests, int32_t width,
+                     std::span<float> out) = 0;
 
   // The KV storage behind the page ids, for transports between stages. Pages are laid out so
   // that one page of one layer's K (and V) is page_bytes contiguous bytes.

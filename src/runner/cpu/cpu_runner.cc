@@ -209,6 +209,31 @@ void CpuRunner::sample(std::span<const SampleRequest> requests, std::span<int32_
   }
 }
 
+void CpuRunner::probs(std::span<const SampleRequest> requests, int32_t width,
+                      std::span<float> out) {
+  const int64_t vocab = config_.vocab_size;
+  TANDEM_CHECK(width >= 1 && width <= vocab, "probability rows of %d ids, logits of %lld", width,
+               (long long)vocab);
+  TANDEM_CHECK(out.size() >= requests.size() * size_t(width), "%zu floats for %zu rows of %d",
+               out.size(), requests.size(), width);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    TANDEM_CHECK(requests[i].params != nullptr, "probability request %zu has no parameters", i);
+    TANDEM_CHECK(requests[i].logit_index >= 0 && requests[i].logit_index < num_logits_,
+                 "logit_index %d outside the %lld rows of the last forward",
+                 requests[i].logit_index, (long long)num_logits_);
+  }
+  // One row a task: each takes milliseconds over a 150k vocabulary (top-k/top-p selection).
+  pool_.parallel_for(int64_t(requests.size()), 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> row(static_cast<size_t>(width));  // [width] one row's processed logits
+    for (int64_t i = begin; i < end; ++i) {
+      const SampleRequest& r = requests[size_t(i)];
+      std::copy_n(&logits_[size_t(r.logit_index) * size_t(vocab)], width, row.data());
+      apply_logits_processors(row, *r.params, r.history, r.suppress, width);
+      logits_to_probs(row, *r.params, out.subspan(size_t(i) * size_t(width), size_t(width)));
+    }
+  });
+}
+
 void CpuRunner::copy_logits(std::span<float> out) {
   const size_t count = size_t(num_logits_ * config_.vocab_size);
   TANDEM_CHECK(out.size() >= count, "copy_logits: %zu floats for %zu logits", out.size(), count);

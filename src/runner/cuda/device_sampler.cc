@@ -12,6 +12,7 @@ DeviceSampler::DeviceSampler(int64_t vocab, int32_t max_rows)
     : vocab_(vocab),
       max_rows_(max_rows),
       scratch_(size_t(kernels::kSampleMaxRows) * size_t(vocab) * 4),
+      probs_(size_t(kernels::kSampleMaxRows) * size_t(vocab) * 4),
       params_(size_t(max_rows) * sizeof(kernels::SampleRowParams)),
       params_host_(size_t(max_rows) * sizeof(kernels::SampleRowParams)),
       ids_(size_t(max_rows) * 4),
@@ -58,11 +59,9 @@ void DeviceSampler::append_adjustments(const SampleRequest& r, kernels::SampleRo
   }
 }
 
-void DeviceSampler::sample(const float* logits, int32_t valid_vocab,
-                           std::span<const SampleRequest> requests, std::span<const size_t> which,
-                           std::span<int32_t> out, cudaStream_t stream) {
+void DeviceSampler::upload_rows(std::span<const SampleRequest> requests,
+                                std::span<const size_t> which, bool draw, cudaStream_t stream) {
   const int32_t n = int32_t(which.size());
-  if (n == 0) return;
   TANDEM_CHECK(n <= max_rows_, "%d rows to sample, room for %d", n, max_rows_);
   auto* params = params_host_.as<kernels::SampleRowParams>();
   adjust_list_.clear();
@@ -79,7 +78,7 @@ void DeviceSampler::sample(const float* logits, int32_t valid_vocab,
     p.repetition_penalty = s.repetition_penalty;
     p.presence_penalty = s.presence_penalty;
     p.frequency_penalty = s.frequency_penalty;
-    if (!s.greedy()) {
+    if (draw && !s.greedy()) {
       TANDEM_CHECK(r.rng != nullptr, "a sampled row needs its generator");
       p.u = r.rng->next_uniform();  // exactly one draw per sampled token, as on the CPU
     }
@@ -95,6 +94,14 @@ void DeviceSampler::sample(const float* logits, int32_t valid_vocab,
   }
   TANDEM_CUDA_CHECK(cudaMemcpyAsync(params_.ptr(), params, size_t(n) * sizeof(*params),
                                     cudaMemcpyHostToDevice, stream));
+}
+
+void DeviceSampler::sample(const float* logits, int32_t valid_vocab,
+                           std::span<const SampleRequest> requests, std::span<const size_t> which,
+                           std::span<int32_t> out, cudaStream_t stream) {
+  const int32_t n = int32_t(which.size());
+  if (n == 0) return;
+  upload_rows(requests, which, /*draw=*/true, stream);
   // Rows share the scratch rows, so waves of kSampleMaxRows run one after another.
   for (int32_t w = 0; w < n; w += kernels::kSampleMaxRows) {
     const int32_t rows = std::min(kernels::kSampleMaxRows, n - w);
@@ -110,6 +117,39 @@ void DeviceSampler::sample(const float* logits, int32_t valid_vocab,
   for (int32_t i = 0; i < n; ++i) {
     TANDEM_CHECK(ids[i] >= 0, "no finite logit left to sample from (row %d)", i);
     out[which[size_t(i)]] = ids[i];
+  }
+}
+
+void DeviceSampler::probs(const float* logits, int32_t width,
+                          std::span<const SampleRequest> requests, std::span<float> out,
+                          cudaStream_t stream) {
+  const int32_t n = int32_t(requests.size());
+  if (n == 0) return;
+  TANDEM_CHECK(width >= 1 && width <= vocab_, "probability rows of %d ids, logits of %lld", width,
+               static_cast<long long>(vocab_));
+  TANDEM_CHECK(out.size() >= size_t(n) * size_t(width), "%zu floats for %d rows of %d", out.size(),
+               n, width);
+  std::vector<size_t> all(static_cast<size_t>(n));  // every request, in order
+  for (int32_t i = 0; i < n; ++i) all[size_t(i)] = size_t(i);
+  upload_rows(requests, all, /*draw=*/false, stream);
+  // Waves of kSampleMaxRows share the scratch and probability rows; each wave's rows go to the
+  // host before the next overwrites them (the copy is ordered on the stream).
+  for (int32_t w = 0; w < n; w += kernels::kSampleMaxRows) {
+    const int32_t rows = std::min(kernels::kSampleMaxRows, n - w);
+    kernels::launch_probs_rows(logits, int32_t(vocab_), width,
+                               params_.as<kernels::SampleRowParams>() + w,
+                               adjust_.as<kernels::LogitAdjust>(), rows, scratch_.as<float>(),
+                               ids_.as<int32_t>() + w, probs_.as<float>(), width, stream);
+    TANDEM_CUDA_CHECK(cudaMemcpyAsync(out.data() + size_t(w) * size_t(width), probs_.ptr(),
+                                      size_t(rows) * size_t(width) * 4, cudaMemcpyDeviceToHost,
+                                      stream));
+  }
+  TANDEM_CUDA_CHECK(cudaMemcpyAsync(ids_host_.as<void>(), ids_.ptr(), size_t(n) * 4,
+                                    cudaMemcpyDeviceToHost, stream));
+  TANDEM_CUDA_CHECK(cudaStreamSynchronize(stream));
+  const int32_t* status = ids_host_.as<int32_t>();
+  for (int32_t i = 0; i < n; ++i) {
+    TANDEM_CHECK(status[i] == 0, "no finite logit left to sample from (row %d)", i);
   }
 }
 

@@ -26,13 +26,22 @@ class DeviceSampler {
   void sample(const float* logits, int32_t valid_vocab, std::span<const SampleRequest> requests,
               std::span<const size_t> which, std::span<int32_t> out, cudaStream_t stream);
 
+  // The rows' probabilities over ids [0, width) (launch_probs_rows) into out [requests, width]
+  // on the host: the processing sample() runs, without the draw. Returns once they have landed.
+  void probs(const float* logits, int32_t width, std::span<const SampleRequest> requests,
+             std::span<float> out, cudaStream_t stream);
+
  private:
+  // Each row's settings (and, when `draw`, its uniform) and penalty list to the device.
+  void upload_rows(std::span<const SampleRequest> requests, std::span<const size_t> which,
+                   bool draw, cudaStream_t stream);
   void append_adjustments(const SampleRequest& r, kernels::SampleRowParams& p);
   void reserve_adjustments(size_t entries);
 
   int64_t vocab_ = 0;
   int32_t max_rows_ = 0;
   DeviceBuffer scratch_;      // [kSampleMaxRows, vocab] fp32: each row's processed logits
+  DeviceBuffer probs_;        // [kSampleMaxRows, vocab] fp32: probs() rows of one wave
   DeviceBuffer params_;       // [max_rows] SampleRowParams
   PinnedBuffer params_host_;  // [max_rows] SampleRowParams
   DeviceBuffer ids_;          // [max_rows] int32

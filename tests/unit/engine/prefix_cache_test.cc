@@ -50,6 +50,9 @@ class CountingRunner final : public ModelRunner {
     inner_->sample(r, out);
   }
   void copy_logits(std::span<float> out) override { inner_->copy_logits(out); }
+  void probs(std::span<const SampleRequest> r, int32_t width, std::span<float> out) override {
+    inner_->probs(r, width, out);
+  }
   KvPoolView kv_pool_view() override { return inner_->kv_pool_view(); }
 
  private:
