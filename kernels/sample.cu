@@ -125,10 +125,13 @@ __device__ double block_sum_d(double v, Shared& sh) {
   return out;
 }
 
-// kProbs: instead of drawing, write the row's probabilities (what the draw would sample from,
-// zeros outside the kept set) to probs [gridDim.x, probs_stride] over ids [0, valid), and 0 to
-// out (-1 when nothing is left to sample from, as in the draw).
-template <bool kProbs>
+// What a launch leaves: the drawn token in out (kDraw); the row's probabilities (what the draw
+// samples from, zeros outside the kept set) in probs [gridDim.x, probs_stride] over ids
+// [0, valid) and 0 in out (kProbs); or both (kProbsDraw). out is -1 when nothing is left to
+// sample from.
+enum class SampleMode { kDraw, kProbs, kProbsDraw };
+
+template <SampleMode kMode>
 __global__ void __launch_bounds__(kThreads)
     sample_kernel(const float* __restrict__ logits, int32_t stride, int32_t valid,
                   const SampleRowParams* __restrict__ params,
@@ -157,6 +160,7 @@ __global__ void __launch_bounds__(kThreads)
   }
   __syncthreads();
 
+  constexpr bool kProbs = kMode != SampleMode::kDraw;
   if (P.temperature == 0.0f) {
     float bv = -INFINITY;
     int bi = 0x7fffffff;
@@ -168,7 +172,8 @@ __global__ void __launch_bounds__(kThreads)
       // Temperature 0 is the limit of a one-hot distribution at the argmax.
       float* dst = probs + int64_t(blockIdx.x) * probs_stride;
       for (int i = threadIdx.x; i < valid; i += kThreads) dst[i] = i == bi ? 1.0f : 0.0f;
-      if (threadIdx.x == 0) out[blockIdx.x] = bi == 0x7fffffff ? -1 : 0;
+      const int drawn = kMode == SampleMode::kProbsDraw ? bi : 0;
+      if (threadIdx.x == 0) out[blockIdx.x] = bi == 0x7fffffff ? -1 : drawn;
     } else {
       if (threadIdx.x == 0) out[blockIdx.x] = bi == 0x7fffffff ? -1 : bi;
     }
@@ -334,8 +339,10 @@ __global__ void __launch_bounds__(kThreads)
     for (int i = threadIdx.x; i < n; i += kThreads) {
       dst[ids != nullptr ? ids[i] : i] = float(kept(i, vals[i]) / total);
     }
-    if (threadIdx.x == 0) out[blockIdx.x] = 0;
-    return;
+    if constexpr (kMode == SampleMode::kProbs) {
+      if (threadIdx.x == 0) out[blockIdx.x] = 0;
+      return;
+    }
   }
 
   // Inverse CDF in id order over float(p / total), as the host sums it.
@@ -381,18 +388,23 @@ void launch_sample_rows(const float* logits, int32_t row_stride, int32_t valid_v
                         const SampleRowParams* params, const LogitAdjust* adjust, int32_t num_rows,
                         float* scratch, int32_t* out, cudaStream_t stream) {
   if (num_rows == 0) return;
-  sample_kernel<false><<<num_rows, kThreads, 0, stream>>>(logits, row_stride, valid_vocab, params,
-                                                          adjust, scratch, out, nullptr, 0);
+  sample_kernel<SampleMode::kDraw><<<num_rows, kThreads, 0, stream>>>(
+      logits, row_stride, valid_vocab, params, adjust, scratch, out, nullptr, 0);
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 
 void launch_probs_rows(const float* logits, int32_t row_stride, int32_t valid_vocab,
                        const SampleRowParams* params, const LogitAdjust* adjust, int32_t num_rows,
                        float* scratch, int32_t* status, float* probs, int32_t probs_stride,
-                       cudaStream_t stream) {
+                       bool draw, cudaStream_t stream) {
   if (num_rows == 0) return;
-  sample_kernel<true><<<num_rows, kThreads, 0, stream>>>(
-      logits, row_stride, valid_vocab, params, adjust, scratch, status, probs, probs_stride);
+  if (draw) {
+    sample_kernel<SampleMode::kProbsDraw><<<num_rows, kThreads, 0, stream>>>(
+        logits, row_stride, valid_vocab, params, adjust, scratch, status, probs, probs_stride);
+  } else {
+    sample_kernel<SampleMode::kProbs><<<num_rows, kThreads, 0, stream>>>(
+        logits, row_stride, valid_vocab, params, adjust, scratch, status, probs, probs_stride);
+  }
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 

@@ -49,16 +49,17 @@ void launch_sample_rows(const float* logits,  // [*, row_stride] in, left unchan
                         int32_t* out,                   // [num_rows] token ids
                         cudaStream_t stream);
 
-// The same processing without the draw: row i's probabilities over ids [0, valid_vocab) (zeros
-// outside the kept set; one-hot at the argmax for temperature 0), as logits_to_probs gives them
-// up to the order of the normalising sum, into probs + i * probs_stride. status[i] = 0, or -1
-// when no finite logit is left. SampleRowParams::u is not read.
+// The same processing, writing row i's probabilities over ids [0, valid_vocab) (zeros outside
+// the kept set; one-hot at the argmax for temperature 0), as logits_to_probs gives them up to
+// the order of the normalising sum, into probs + i * probs_stride. Without `draw`, status[i] = 0
+// and SampleRowParams::u is not read; with it, status[i] is launch_sample_rows's token, drawn
+// from those probabilities. Either way status[i] = -1 when no finite logit is left.
 void launch_probs_rows(const float* logits, int32_t row_stride, int32_t valid_vocab,
                        const SampleRowParams* params, const LogitAdjust* adjust,
                        int32_t num_rows,  // <= kSampleMaxRows
                        float* scratch,    // [kSampleMaxRows, row_stride] fp32
                        int32_t* status,   // [num_rows]
                        float* probs,      // [num_rows, probs_stride] fp32
-                       int32_t probs_stride, cudaStream_t stream);
+                       int32_t probs_stride, bool draw, cudaStream_t stream);
 
 }  // namespace tandem::kernels

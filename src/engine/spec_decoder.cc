@@ -101,8 +101,9 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
   // Per sequence: k, the proposals, and the draft's probabilities for them.
   std::vector<int32_t> ks(n);
   std::vector<std::vector<int32_t>> proposals(n);
-  std::vector<std::vector<float>> draft_probs(n);      // [k, W] when sampling
-  std::vector<std::pair<Sequence*, int64_t>> catchup;  // (sequence, draft tokens to reach)
+  draft_probs_.resize(n);
+  for (size_t i = 0; i < n; ++i) draft_probs_[i].clear();  // [k, W] when sampling
+  std::vector<std::pair<Sequence*, int64_t>> catchup;      // (sequence, draft tokens to reach)
   // Whole-step costs decide whether this batch size speculates at all (SpecGate). A fixed k
   // (benchmarks) always does, and so does a batch holding a seeded sampled sequence: timings
   // must not switch its tokens between plain and speculative steps, so its k is left to the
@@ -222,10 +223,14 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
     }
     std::vector<int32_t> greedy_ids(greedy_reqs.size());
     if (!greedy_reqs.empty()) draft_.sample(greedy_reqs, greedy_ids);
-    // Sampled rows: the draft's processed probabilities (on the runner's device), then the
-    // draws on the host in row order.
-    std::vector<float> row_probs(sampled_reqs.size() * size_t(W));  // [sampled, W]
-    if (!sampled_reqs.empty()) draft_.probs(sampled_reqs, W, row_probs);
+    // Sampled rows: the draft's processed probabilities and a token drawn from each (on the
+    // runner's device), one uniform of draft_rng a row, in row order.
+    const size_t sampled_floats = sampled_reqs.size() * size_t(W);
+    if (round_probs_.size() < sampled_floats) round_probs_.resize(sampled_floats);
+    std::vector<int32_t> sampled_ids(sampled_reqs.size());
+    if (!sampled_reqs.empty()) {
+      draft_.probs(sampled_reqs, W, std::span(round_probs_).first(sampled_floats), sampled_ids);
+    }
     draft_ms += now_ms() - t0;
     size_t g = 0, s = 0;
     for (size_t j = 0; j < who.size(); ++j) {
@@ -234,9 +239,11 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
       if (seq.params.greedy()) {
         token = greedy_ids[g++];
       } else {
-        const std::span<const float> probs(row_probs.data() + size_t(s++) * size_t(W), size_t(W));
-        token = sample_from_probs(probs, seq.draft_rng.next_uniform());
-        draft_probs[who[j]].insert(draft_probs[who[j]].end(), probs.begin(), probs.end());
+        const float* row = round_probs_.data() + s * size_t(W);
+        token = sampled_ids[s++];
+        std::vector<float>& mine = draft_probs_[who[j]];
+        if (mine.empty()) mine.reserve(size_t(ks[who[j]]) * size_t(W));
+        mine.insert(mine.end(), row, row + W);
       }
       proposals[who[j]].push_back(token);
     }
@@ -339,8 +346,11 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
       row += size_t(ks[i]) + 1;
     }
   }
-  std::vector<float> target_probs(task_reqs.size() * size_t(W));  // [sampled rows, W]
-  if (!task_reqs.empty()) target_.probs(task_reqs, W, target_probs);
+  const size_t target_floats = task_reqs.size() * size_t(W);  // [sampled rows, W]
+  if (target_probs_.size() < target_floats) target_probs_.resize(target_floats);
+  if (!task_reqs.empty()) {
+    target_.probs(task_reqs, W, std::span(target_probs_).first(target_floats), {});
+  }
   const double target_ms = now_ms() - t0;
   timing_.verify_end_ns = trace_now_ns();
   if (max_k > 0) policy_.observe_costs(draft_ms / max_k, target_ms);
@@ -357,13 +367,13 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
       g += size_t(k) + 1;
     } else {
       // [k + 1, W]: this sequence's rows, computed above.
-      const std::span<const float> probs(target_probs.data() + first_task[i] * size_t(W),
+      const std::span<const float> probs(target_probs_.data() + first_task[i] * size_t(W),
                                          size_t(k + 1) * size_t(W));
       if (k == 0) {
         // sample_token's draw over the same probabilities.
         accepted.tokens = {sample_from_probs(probs, seq.rng.next_uniform())};
       } else {
-        accepted = accept_sampled(proposals[i], draft_probs[i], probs, W, seq.rng);
+        accepted = accept_sampled(proposals[i], draft_probs_[i], probs, W, seq.rng);
       }
     }
     if (k > 0) {

@@ -148,6 +148,11 @@ class SpecDecoder {
   std::mutex* pool_mu_ = nullptr;
   SpecStepTimes times_;
   StepTiming timing_;
+  // Sampled sequences' probability rows, kept between steps so that their vocabulary-sized
+  // storage is allocated (and its pages touched) once, not every step.
+  std::vector<std::vector<float>> draft_probs_;  // [seq][k, W] this step's draft rows
+  std::vector<float> round_probs_;               // [sampled rows of a draft round, W]
+  std::vector<float> target_probs_;              // [sampled verify rows, W]
 };
 
 }  // namespace tandem

@@ -112,12 +112,14 @@ class ModelRunner {
   virtual void copy_logits(std::span<float> out) = 0;
   // Processed probabilities of the last forward's rows over ids [0, width), one row per request
   // into out [requests.size(), width]: apply_logits_processors (the request's history and
-  // suppressed ids) then logits_to_probs, as the reference sampler computes them; no draw is
-  // made and request.rng is not read: what speculative acceptance of sampled rows needs. The
-  // CUDA runner computes them on the device (kernels/sample.cuh) and copies only these rows;
-  // the CPU runner runs the reference functions, rows in parallel.
-  virtual void probs(std::span<const SampleRequest> requests, int32_t width,
-                     std::span<float> out) = 0;
+  // suppressed ids) then logits_to_probs, as the reference sampler computes them: what
+  // speculative acceptance of sampled rows needs. With `draws` ([requests.size()]; empty: no
+  // draw, request.rng is not read), each row's token is drawn from its probabilities too, one
+  // uniform from request.rng in request order, as sample_from_probs takes it. The CUDA runner
+  // computes them on the device (kernels/sample.cuh; the draw is the device sampler's) and
+  // copies only these rows; the CPU runner runs the reference functions, rows in parallel.
+  virtual void probs(std::span<const SampleRequest> requests, int32_t width, std::span<float> out,
+                     std::span<int32_t> draws) = 0;
 
   // The KV storage behind the page ids, for transports between stages. Pages are laid out so
   // that one page of one layer's K (and V) is page_bytes contiguous bytes.

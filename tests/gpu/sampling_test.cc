@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -152,13 +153,33 @@ int prob_mismatches(const Case& c, int vocab, int width, int rows, uint32_t seed
                                  row.ban, nullptr});
   }
   std::vector<float> got(size_t(rows) * size_t(width), NAN);
-  sampler.probs(dev, width, reqs, got, stream);
+  sampler.probs(dev, width, reqs, got, {}, stream);
+  // Again with the draws: the same rows, bit for bit, and each row's token.
+  for (int r = 0; r < rows; ++r) {
+    state[size_t(r)].rng = SamplingRng{seed * 1000u + uint64_t(r), 0};
+    reqs[size_t(r)].rng = &state[size_t(r)].rng;
+  }
+  const std::vector<Row> ref = state;  // the reference draws from copies of the generators
+  std::vector<float> got_drawn(got.size(), NAN);
+  std::vector<int32_t> drawn(static_cast<size_t>(rows), -7);
+  sampler.probs(dev, width, reqs, got_drawn, drawn, stream);
   int bad = 0;
+  if (std::memcmp(got.data(), got_drawn.data(), got.size() * 4) != 0) {
+    ++bad;
+    MESSAGE(c.name << ": rows differ when the tokens are drawn too");
+  }
   for (int i = 0; i < rows; ++i) {
     const SampleRequest& q = reqs[size_t(i)];
     std::vector<float> row(host.begin() + ptrdiff_t(q.logit_index) * vocab,
                            host.begin() + ptrdiff_t(q.logit_index) * vocab + width);
     apply_logits_processors(row, c.params, q.history, q.suppress, width);
+    SamplingRng rng = ref[size_t(i)].rng;
+    const int32_t want_token = sample_token(row, c.params, rng);
+    if (drawn[size_t(i)] != want_token) {
+      ++bad;
+      MESSAGE(c.name << ": row " << i << " drew " << drawn[size_t(i)] << " want " << want_token);
+    }
+    CHECK(state[size_t(i)].rng.counter == rng.counter);  // one draw a sampled row, none greedy
     std::vector<float> want(static_cast<size_t>(width));
     logits_to_probs(row, c.params, want);
     for (int v = 0; v < width; ++v) {
@@ -212,7 +233,9 @@ TEST_CASE("device sampler equals the reference sampler, Qwen2.5 vocabulary (152,
   }
 }
 
-TEST_CASE("device probabilities equal the reference's, both vocabularies, more rows than a wave") {
+TEST_CASE(
+    "device probabilities (and their draws) equal the reference's, both vocabularies, more rows "
+    "than a wave") {
   for (const Case& c : cases()) {
     CAPTURE(c.name);
     CHECK(prob_mismatches(c, 1000, 1000 - 24, 40, 5) == 0);

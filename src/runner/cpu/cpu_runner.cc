@@ -209,8 +209,8 @@ void CpuRunner::sample(std::span<const SampleRequest> requests, std::span<int32_
   }
 }
 
-void CpuRunner::probs(std::span<const SampleRequest> requests, int32_t width,
-                      std::span<float> out) {
+void CpuRunner::probs(std::span<const SampleRequest> requests, int32_t width, std::span<float> out,
+                      std::span<int32_t> draws) {
   const int64_t vocab = config_.vocab_size;
   TANDEM_CHECK(width >= 1 && width <= vocab, "probability rows of %d ids, logits of %lld", width,
                (long long)vocab);
@@ -232,6 +232,17 @@ void CpuRunner::probs(std::span<const SampleRequest> requests, int32_t width,
       logits_to_probs(row, *r.params, out.subspan(size_t(i) * size_t(width), size_t(width)));
     }
   });
+  if (draws.empty()) return;
+  TANDEM_CHECK(draws.size() >= requests.size(), "%zu draws for %zu rows", draws.size(),
+               requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) {  // in request order: the generators' order
+    const SampleRequest& r = requests[i];
+    // Greedy rows are one-hot at the argmax and make no draw, as in sample_token.
+    const bool greedy = r.params->greedy();
+    TANDEM_CHECK(greedy || r.rng != nullptr, "a drawn probability row needs its generator");
+    draws[i] = sample_from_probs(out.subspan(i * size_t(width), size_t(width)),
+                                 greedy ? 0.0 : r.rng->next_uniform());
+  }
 }
 
 void CpuRunner::copy_logits(std::span<float> out) {

@@ -35,7 +35,8 @@ class CpuRunner final : public ModelRunner {
   void forward(const ForwardBatch& batch) override;
   void sample(std::span<const SampleRequest> requests, std::span<int32_t> out_tokens) override;
   void copy_logits(std::span<float> out) override;
-  void probs(std::span<const SampleRequest> requests, int32_t width, std::span<float> out) override;
+  void probs(std::span<const SampleRequest> requests, int32_t width, std::span<float> out,
+             std::span<int32_t> draws) override;
   KvPoolView kv_pool_view() override;
 
  private:

@@ -601,13 +601,13 @@ void CudaRunner::sample(std::span<const SampleRequest> requests, std::span<int32
   }
 }
 
-void CudaRunner::probs(std::span<const SampleRequest> requests, int32_t width,
-                       std::span<float> out) {
+void CudaRunner::probs(std::span<const SampleRequest> requests, int32_t width, std::span<float> out,
+                       std::span<int32_t> draws) {
   TANDEM_CUDA_CHECK(cudaSetDevice(device_));
   for (const SampleRequest& r : requests) {
     TANDEM_CHECK(r.logit_index >= 0 && r.logit_index < num_logits_ && r.params != nullptr);
   }
-  sampler_.probs(logits_.as<float>(), width, requests, out, stream_);
+  sampler_.probs(logits_.as<float>(), width, requests, out, draws, stream_);
 }
 
 void CudaRunner::copy_logits(std::span<float> out) {

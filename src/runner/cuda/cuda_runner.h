@@ -51,7 +51,8 @@ class CudaRunner final : public ModelRunner {
   }
   void sample(std::span<const SampleRequest> requests, std::span<int32_t> out_tokens) override;
   void copy_logits(std::span<float> out) override;
-  void probs(std::span<const SampleRequest> requests, int32_t width, std::span<float> out) override;
+  void probs(std::span<const SampleRequest> requests, int32_t width, std::span<float> out,
+             std::span<int32_t> draws) override;
   KvPoolView kv_pool_view() override;
 
   // Graph replay on or off (benchmarks compare the two; tests run both).

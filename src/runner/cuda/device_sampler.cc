@@ -122,16 +122,18 @@ void DeviceSampler::sample(const float* logits, int32_t valid_vocab,
 
 void DeviceSampler::probs(const float* logits, int32_t width,
                           std::span<const SampleRequest> requests, std::span<float> out,
-                          cudaStream_t stream) {
+                          std::span<int32_t> draws, cudaStream_t stream) {
   const int32_t n = int32_t(requests.size());
   if (n == 0) return;
   TANDEM_CHECK(width >= 1 && width <= vocab_, "probability rows of %d ids, logits of %lld", width,
                static_cast<long long>(vocab_));
   TANDEM_CHECK(out.size() >= size_t(n) * size_t(width), "%zu floats for %d rows of %d", out.size(),
                n, width);
+  const bool draw = !draws.empty();
+  TANDEM_CHECK(!draw || draws.size() >= size_t(n), "%zu draws for %d rows", draws.size(), n);
   std::vector<size_t> all(static_cast<size_t>(n));  // every request, in order
   for (int32_t i = 0; i < n; ++i) all[size_t(i)] = size_t(i);
-  upload_rows(requests, all, /*draw=*/false, stream);
+  upload_rows(requests, all, draw, stream);
   // Waves of kSampleMaxRows share the scratch and probability rows; each wave's rows go to the
   // host before the next overwrites them (the copy is ordered on the stream).
   for (int32_t w = 0; w < n; w += kernels::kSampleMaxRows) {
@@ -139,7 +141,7 @@ void DeviceSampler::probs(const float* logits, int32_t width,
     kernels::launch_probs_rows(logits, int32_t(vocab_), width,
                                params_.as<kernels::SampleRowParams>() + w,
                                adjust_.as<kernels::LogitAdjust>(), rows, scratch_.as<float>(),
-                               ids_.as<int32_t>() + w, probs_.as<float>(), width, stream);
+                               ids_.as<int32_t>() + w, probs_.as<float>(), width, draw, stream);
     TANDEM_CUDA_CHECK(cudaMemcpyAsync(out.data() + size_t(w) * size_t(width), probs_.ptr(),
                                       size_t(rows) * size_t(width) * 4, cudaMemcpyDeviceToHost,
                                       stream));
@@ -149,7 +151,8 @@ void DeviceSampler::probs(const float* logits, int32_t width,
   TANDEM_CUDA_CHECK(cudaStreamSynchronize(stream));
   const int32_t* status = ids_host_.as<int32_t>();
   for (int32_t i = 0; i < n; ++i) {
-    TANDEM_CHECK(status[i] == 0, "no finite logit left to sample from (row %d)", i);
+    TANDEM_CHECK(status[i] >= 0, "no finite logit left to sample from (row %d)", i);
+    if (draw) draws[size_t(i)] = status[i];
   }
 }
 

@@ -27,9 +27,11 @@ class DeviceSampler {
               std::span<const size_t> which, std::span<int32_t> out, cudaStream_t stream);
 
   // The rows' probabilities over ids [0, width) (launch_probs_rows) into out [requests, width]
-  // on the host: the processing sample() runs, without the draw. Returns once they have landed.
+  // on the host: the processing sample() runs. With `draws` ([requests] or empty: none), each
+  // row's token is also drawn from them on the device, one uniform from request.rng as
+  // sample() takes it. Returns once they have landed.
   void probs(const float* logits, int32_t width, std::span<const SampleRequest> requests,
-             std::span<float> out, cudaStream_t stream);
+             std::span<float> out, std::span<int32_t> draws, cudaStream_t stream);
 
  private:
   // Each row's settings (and, when `draw`, its uniform) and penalty list to the device.

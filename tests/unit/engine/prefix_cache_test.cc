@@ -50,8 +50,9 @@ class CountingRunner final : public ModelRunner {
     inner_->sample(r, out);
   }
   void copy_logits(std::span<float> out) override { inner_->copy_logits(out); }
-  void probs(std::span<const SampleRequest> r, int32_t width, std::span<float> out) override {
-    inner_->probs(r, width, out);
+  void probs(std::span<const SampleRequest> r, int32_t width, std::span<float> out,
+             std::span<int32_t> draws) override {
+    inner_->probs(r, width, out, draws);
   }
   KvPoolView kv_pool_view() override { return inner_->kv_pool_view(); }
 
