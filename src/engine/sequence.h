@@ -57,7 +57,12 @@ struct Sequence {
       draft_prefill_pages;     // in the prefill stage's draft pool, while a two-stage prefill runs
   int64_t draft_computed = 0;  // tokens whose draft K/V is in draft_pages
   SamplingRng draft_rng;       // the draft's own stream: proposals never shift the target's draws
-  double spec_acceptance = 0.7;  // running per-token acceptance (optimistic start: it probes)
+  // Running per-token acceptance (observe_acceptance in engine/spec_decoder.h): decayed counts
+  // of accepted and tried draft positions, and their ratio. The start, 0.7 over one position, is
+  // optimistic so that every sequence probes speculation.
+  double spec_acceptance = 0.7;
+  double spec_accepted_decayed = 0.7;
+  double spec_tried_decayed = 1.0;
   int32_t spec_steps = 0;
   SpecStats spec;
 

@@ -39,6 +39,14 @@ double now_ms() {
 
 }  // namespace
 
+void observe_acceptance(Sequence& seq, int32_t k, int32_t accepted) {
+  TANDEM_CHECK(k > 0 && accepted >= 0 && accepted <= k, "%d of %d proposals accepted", accepted, k);
+  constexpr double kDecay = 0.8;  // per step: about the last five steps count
+  seq.spec_accepted_decayed = kDecay * seq.spec_accepted_decayed + double(accepted);
+  seq.spec_tried_decayed = kDecay * seq.spec_tried_decayed + double(accepted + (accepted < k));
+  seq.spec_acceptance = seq.spec_accepted_decayed / seq.spec_tried_decayed;
+}
+
 int32_t DraftLengthPolicy::choose(const Sequence& seq, int32_t batch_size) const {
   if (!config_.enabled || config_.draft_max < 1 || batch_size > config_.max_batch) return 0;
   if (config_.fixed_k > 0) return config_.fixed_k;
@@ -386,9 +394,7 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
       for (int32_t p = 0; p < accepted.num_accepted; ++p)
         seq.spec.accepted_per_position[size_t(p)]++;
       seq.spec_steps++;
-      // Running per-token acceptance: accepted / proposed of this step, smoothed.
-      seq.spec_acceptance =
-          0.8 * seq.spec_acceptance + 0.2 * (double(accepted.num_accepted) / double(k));
+      observe_acceptance(seq, k, accepted.num_accepted);
     }
     result[i] = std::move(accepted.tokens);
   }

@@ -46,6 +46,13 @@ struct SpecStepTimes {
   double accept_ms = 0;      // acceptance on the host
 };
 
+// A step's outcome into seq.spec_acceptance, the per-token acceptance a that the policy's
+// E(a, k) = 1 + a + ... + a^k assumes: accepted positions over tried ones (a step accepting
+// `accepted` of k proposals tried accepted + 1 positions, or k when it accepted them all), each
+// count decayed by 0.8 a step. Accepted/proposed would be (a - a^(k+1)) / (k (1 - a)) instead:
+// 0.64 for a = 0.9 and k = 8, which steers the policy to too small a k.
+void observe_acceptance(Sequence& seq, int32_t k, int32_t accepted);
+
 // Chooses k per sequence from its running acceptance and the measured cost of a draft step
 // relative to a target step (docs/speculative.md explains the policy).
 class DraftLengthPolicy {
