@@ -216,8 +216,8 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
     draft_.forward(ForwardBatch{tokens, slices, rows});
     // Per row: the history the processors see (output + proposals so far) and the ids banned
     // before min_tokens. Greedy rows take the runner's sample() (on the GPU an argmax on the
-    // device: only ids cross to the host); sampled rows need the draft's probabilities, so
-    // only then are logits copied.
+    // device: only ids cross to the host); sampled rows take their probabilities and draws from
+    // probs() (below).
     std::vector<std::vector<int32_t>> outs(who.size()), suppress(who.size());
     std::vector<SampleRequest> greedy_reqs, sampled_reqs;
     for (size_t j = 0; j < who.size(); ++j) {

@@ -107,8 +107,9 @@ class ModelRunner {
   virtual std::shared_ptr<const DeviceInterval> last_forward_interval() const { return nullptr; }
   // Samples one token per request from the last forward's logits.
   virtual void sample(std::span<const SampleRequest> requests, std::span<int32_t> out_tokens) = 0;
-  // fp32 logits of the last forward: [num_logits, config().vocab_size]. For tests and
-  // speculative verification on the CPU; the CUDA runner copies them to the host.
+  // fp32 logits of the last forward: [num_logits, config().vocab_size], for tests and golden
+  // comparisons (the engine never copies logits: it takes ids from sample() and probability
+  // rows from probs()); the CUDA runner copies them to the host.
   virtual void copy_logits(std::span<float> out) = 0;
   // Processed probabilities of the last forward's rows over ids [0, width), one row per request
   // into out [requests.size(), width]: apply_logits_processors (the request's history and
