@@ -399,7 +399,17 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
     result[i] = std::move(accepted.tokens);
   }
   times_ = SpecStepTimes{max_k, draft_ms, target_ms, now_ms() - accept_t0};
+  release_large_rows();
   return result;
+}
+
+void SpecDecoder::release_large_rows() {
+  size_t bytes = (round_probs_.capacity() + target_probs_.capacity()) * sizeof(float);
+  for (const std::vector<float>& rows : draft_probs_) bytes += rows.capacity() * sizeof(float);
+  if (bytes <= kKeptRowBytes) return;
+  round_probs_ = {};
+  target_probs_ = {};
+  draft_probs_ = {};
 }
 
 void SpecDecoder::run_step(std::span<Sequence* const> seqs, PagePool& target_pool,

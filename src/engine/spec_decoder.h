@@ -155,6 +155,11 @@ class SpecDecoder {
   std::mutex* pool_mu_ = nullptr;
   SpecStepTimes times_;
   StepTiming timing_;
+  // Frees the probability rows' storage when it holds more than kKeptRowBytes: a burst of
+  // sampled sequences (a batch of 32 at k = 8 needs ~175 MB over a 152k vocabulary) must not
+  // keep that much host memory after it.
+  void release_large_rows();
+  static constexpr size_t kKeptRowBytes = size_t(64) << 20;
   // Sampled sequences' probability rows, kept between steps so that their vocabulary-sized
   // storage is allocated (and its pages touched) once, not every step.
   std::vector<std::vector<float>> draft_probs_;  // [seq][k, W] this step's draft rows
