@@ -176,6 +176,7 @@ SpecRun run_spec(ModelRunner& target, ModelRunner& draft, PagePool& target_pool,
   run.token_acceptance =
       all_accepted + rejections ? double(all_accepted) / double(all_accepted + rejections) : 0.0;
   run.tokens_per_step = seq_steps ? double(all_accepted + seq_steps) / double(seq_steps) : 1.0;
+  run.mean_k = seq_steps ? double(all_proposed) / double(seq_steps) : 0.0;
   run.tok_per_s = total_ms > 0 ? 1000.0 * double(tokens) / total_ms : 0.0;
   return run;
 }
@@ -268,6 +269,7 @@ std::string spec_bench_json(const SpecBenchOptions& o, const std::vector<SpecBat
            {"acceptance_rate", s.acceptance_rate},
            {"token_acceptance", s.token_acceptance},
            {"tokens_per_step", s.tokens_per_step},
+           {"mean_k", s.mean_k},
            {"tok_per_s", s.tok_per_s},
            {"speedup", s.speedup},
            {"outputs_match", o.temperature > 0.0f ? nlohmann::ordered_json(nullptr)

@@ -41,6 +41,7 @@ struct SpecRun {
   double acceptance_rate = 0;   // accepted / proposed
   double token_acceptance = 0;  // per-token alpha: accepted / (accepted + rejections)
   double tokens_per_step = 0;   // per sequence: accepted + 1
+  double mean_k = 0;            // proposals per sequence and speculative step (adaptive: chosen k)
   double tok_per_s = 0;
   double speedup = 0;          // tok_per_s over the plain run's
   bool outputs_match = false;  // greedy only (null in the JSON when sampled)

@@ -80,8 +80,13 @@ class BenchSpecTest(unittest.TestCase):
                 self.assertGreater(s["verify_ms"], 0)
                 self.assertGreaterEqual(s["tokens_per_step"], 1)
                 self.assertLessEqual(s["acceptance_rate"], 1)
+                # Proposals per speculative step: k itself when fixed (fewer only near the
+                # output's end), the policy's choices at most draft_max when adaptive.
+                self.assertGreater(s["mean_k"], 0)
+                self.assertLessEqual(s["mean_k"], s["k"])
                 if s["mode"] == "fixed":
                     self.assertGreater(s["draft_step_ms"], 0)
+                    self.assertGreater(s["mean_k"], 0.8 * s["k"])
 
 
     def test_bench_spec_sampled_runs_the_rejection_rule(self):
