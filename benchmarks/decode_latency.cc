@@ -4,7 +4,7 @@
 //
 //   bench_decode_latency --preset qwen2.5-7b --input-len 128 --output-len 128 --batch-size 1
 //                        [--graphs 0] [--sampling greedy|qwen|llama] [--device-timing 1]
-//                        [--quantization fp8]
+//                        [--quantization fp8] [--query-len N]
 // prints one JSON object (benchmarks/latency.h): TTFT, TPOT, tok/s and MBU.
 #include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
@@ -107,6 +107,7 @@ HostWeights make_weights(const ModelConfig& c) {
 int main(int argc, char** argv) {
   std::string preset = "qwen2.5-7b";
   int input_len = 128, output_len = 128, batch = 1;
+  int query_len = 1;  // tokens a sequence per step: a verify pass of k = query_len - 1
   bool graphs = true;
   bool device_timing = false;   // CUDA events around every forward (what --trace turns on)
   bool profile_decode = false;  // cudaProfilerStart before decoding (ncu --profile-from-start off)
@@ -132,6 +133,8 @@ int main(int argc, char** argv) {
       device_timing = v == "1";
     else if (k == "--quantization")
       quantization = v;
+    else if (k == "--query-len")
+      query_len = std::stoi(v);
     else {
       std::fprintf(stderr, "unknown flag %s\n", k.c_str());
       return 2;
@@ -150,13 +153,19 @@ int main(int argc, char** argv) {
   }
   HostWeights hw = make_weights(c);
   const int page = 16;
-  const int pages_per_seq = (input_len + output_len + page - 1) / page;
+  bench::LatencyOptions lo;
+  lo.input_len = input_len;
+  lo.output_len = output_len;
+  lo.batch_size = batch;
+  lo.query_len = query_len;
+  const int pages_per_seq = bench::latency_pages_per_seq(lo, page);
   RunnerOptions opts;
   opts.device = "cuda:0";
   opts.page_size = page;
   opts.num_pages = pages_per_seq * batch + 1;
-  opts.max_batch_tokens = std::max(input_len, batch);
+  opts.max_batch_tokens = std::max(input_len, batch * query_len);
   opts.max_seqs = std::max(batch, 1);
+  opts.max_logit_rows = batch * query_len;
   opts.device_timing = device_timing;
   opts.quantization = quantization;
   auto created = CudaRunner::create(c, hw.w, opts);
@@ -169,10 +178,6 @@ int main(int argc, char** argv) {
   int64_t weight_bytes = r.memory_plan().weights_bytes;
   // Untied: the embedding table is gathered, not read. Tied: it is read whole as lm_head.
   if (!c.tie_word_embeddings) weight_bytes -= c.vocab_size * c.hidden_size * 2;
-  bench::LatencyOptions lo;
-  lo.input_len = input_len;
-  lo.output_len = output_len;
-  lo.batch_size = batch;
   if (sampling == "qwen") {  // Qwen2.5's generation_config.json
     lo.decode_sampling.temperature = 0.7f;
     lo.decode_sampling.top_k = 20;
@@ -191,10 +196,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", res.error().to_string().c_str());
     return 1;
   }
-  const std::string label = preset + (quantization.empty() ? "" : " " + quantization) +
-                            (graphs ? "" : " (no graphs)") +
-                            (device_timing ? " (device timing)" : "") +
-                            (sampling == "greedy" ? "" : ", " + sampling + " sampling");
+  const std::string label =
+      preset + (quantization.empty() ? "" : " " + quantization) + (graphs ? "" : " (no graphs)") +
+      (device_timing ? " (device timing)" : "") +
+      (sampling == "greedy" ? "" : ", " + sampling + " sampling") +
+      (query_len > 1 ? ", " + std::to_string(query_len) + " tokens a step" : "");
   std::printf("%s\n", bench::to_json(lo, *res, label).c_str());
   return 0;
 }

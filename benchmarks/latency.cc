@@ -20,18 +20,25 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 
 }  // namespace
 
+int32_t latency_pages_per_seq(const LatencyOptions& o, int32_t page_size) {
+  const int64_t tokens = int64_t(o.input_len) + int64_t(o.output_len - 1) * o.query_len;
+  return int32_t((tokens + page_size - 1) / page_size);
+}
+
 Result<LatencyResult> run_latency(ModelRunner& r, const LatencyOptions& o,
                                   int64_t weight_bytes_per_step) {
-  if (o.input_len < 1 || o.output_len < 2 || o.batch_size < 1) {
+  if (o.input_len < 1 || o.output_len < 2 || o.batch_size < 1 || o.query_len < 1) {
     return make_error(ErrorCode::kInvalidArgument,
-                      "--input-len >= 1, --output-len >= 2 and --batch-size >= 1 are needed");
+                      "--input-len >= 1, --output-len >= 2, --batch-size >= 1 and --query-len >= 1 "
+                      "are needed");
   }
   const int32_t page = r.page_size();
-  const int32_t per_seq = (o.input_len + o.output_len + page - 1) / page;
+  const int32_t per_seq = latency_pages_per_seq(o, page);
+  const int32_t q = o.query_len;
   if (int64_t(per_seq) * o.batch_size > r.num_pages()) {
     return make_error(ErrorCode::kOutOfPages,
                       std::to_string(o.batch_size) + " sequences of " +
-                          std::to_string(o.input_len + o.output_len) + " tokens need " +
+                          std::to_string(o.input_len + (o.output_len - 1) * q) + " tokens need " +
                           std::to_string(int64_t(per_seq) * o.batch_size) +
                           " KV pages; the runner has " + std::to_string(r.num_pages()));
   }
@@ -63,36 +70,42 @@ Result<LatencyResult> run_latency(ModelRunner& r, const LatencyOptions& o,
   for (int32_t s = 1; s < o.batch_size; ++s) prefill(s);
 
   const size_t nb = static_cast<size_t>(o.batch_size);
-  std::vector<int32_t> toks(nb, first_token), rows(nb), out(nb);
-  std::vector<SampleRequest> reqs(nb);
+  const size_t nt = nb * size_t(q);  // tokens (and logit rows) a step: [batch][query_len]
+  std::vector<int32_t> toks(nt, first_token), rows(nt), out(nt);
+  std::vector<SampleRequest> reqs(nt);
   std::vector<SamplingRng> rngs(nb);
   std::vector<std::vector<int32_t>> outputs(nb);  // [batch][step] for the penalties
   for (size_t s = 0; s < nb; ++s) {
-    rows[s] = int32_t(s);
     rngs[s] = SamplingRng{s + 1, 0};
-    outputs[s].reserve(size_t(o.output_len));
-    reqs[s].logit_index = int32_t(s);
-    reqs[s].params = &o.decode_sampling;
-    reqs[s].rng = &rngs[s];
+    outputs[s].reserve(size_t(o.output_len) * size_t(q));
+  }
+  for (size_t t = 0; t < nt; ++t) {
+    rows[t] = int32_t(t);
+    reqs[t].logit_index = int32_t(t);
+    reqs[t].params = &o.decode_sampling;
+    reqs[t].rng = &rngs[t / size_t(q)];
   }
   std::vector<double> steps;
   if (o.before_decode) o.before_decode();
   const int32_t warmup = std::min(3, (o.output_len - 1) / 2);
   std::vector<SeqSlice> sl(nb);
   for (int32_t step = 0; step < o.output_len - 1; ++step) {
-    for (size_t s = 0; s < nb; ++s) sl[s] = {int32_t(s), 1, o.input_len + step + 1, pages[s]};
+    for (size_t s = 0; s < nb; ++s) {
+      sl[s] = {int32_t(s) * q, q, o.input_len + (step + 1) * q, pages[s]};
+    }
     const auto t0 = std::chrono::steady_clock::now();
     r.forward(ForwardBatch{toks, sl, rows});
-    for (size_t s = 0; s < nb; ++s) reqs[s].history = TokenHistory{prompt, outputs[s]};
+    for (size_t t = 0; t < nt; ++t) reqs[t].history = TokenHistory{prompt, outputs[t / size_t(q)]};
     r.sample(reqs, out);
     if (step >= warmup) steps.push_back(ms_since(t0));
+    // Every row's token goes in, as if every proposal had been accepted.
     toks = out;
-    for (size_t s = 0; s < nb; ++s) outputs[s].push_back(out[s]);
+    for (size_t t = 0; t < nt; ++t) outputs[t / size_t(q)].push_back(out[t]);
   }
   LatencyResult res;
   res.ttft_ms = median(ttft);
   res.tpot_ms = median(steps);
-  res.tok_per_s = 1000.0 * o.batch_size / res.tpot_ms;
+  res.tok_per_s = 1000.0 * double(nt) / res.tpot_ms;
   res.weight_bytes_per_step = weight_bytes_per_step;
   res.achieved_tb_per_s = double(weight_bytes_per_step) / (res.tpot_ms * 1e-3) / 1e12;
   res.mbu = res.achieved_tb_per_s / 4.2;
@@ -103,12 +116,12 @@ std::string to_json(const LatencyOptions& o, const LatencyResult& r, const std::
   char buf[768];
   std::snprintf(buf, sizeof(buf),
                 "{\"model\": \"%s\", \"input_len\": %d, \"output_len\": %d, \"batch_size\": %d, "
-                "\"ttft_ms\": %.3f, \"tpot_ms\": %.4f, \"tok_per_s\": %.1f, "
+                "\"query_len\": %d, \"ttft_ms\": %.3f, \"tpot_ms\": %.4f, \"tok_per_s\": %.1f, "
                 "\"weight_bytes_per_step\": %lld, \"achieved_tb_per_s\": %.3f, "
                 "\"mbu_vs_4p2\": %.3f}",
-                label.c_str(), o.input_len, o.output_len, o.batch_size, r.ttft_ms, r.tpot_ms,
-                r.tok_per_s, static_cast<long long>(r.weight_bytes_per_step), r.achieved_tb_per_s,
-                r.mbu);
+                label.c_str(), o.input_len, o.output_len, o.batch_size, o.query_len, r.ttft_ms,
+                r.tpot_ms, r.tok_per_s, static_cast<long long>(r.weight_bytes_per_step),
+                r.achieved_tb_per_s, r.mbu);
   return buf;
 }
 

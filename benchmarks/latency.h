@@ -1,8 +1,9 @@
 // The latency benchmark's measurement, on any ModelRunner (the CPU runner too): one prompt's
 // prefill (TTFT), then batch_size sequences decoding (greedily unless decode_sampling says
-// otherwise), one token per sequence per step
-// (TPOT), as vLLM's benchmark_latency reports them. Times are host-visible: each step ends when
-// sample() has returned the ids.
+// otherwise), one token per sequence per step (TPOT), as vLLM's benchmark_latency reports them.
+// Times are host-visible: each step ends when sample() has returned the ids. With query_len > 1
+// each step carries that many tokens a sequence, every one a logit row, as a speculative verify
+// pass does (k = query_len - 1): the step's cost as a function of k, apart from the draft.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +19,7 @@ struct LatencyOptions {
   int32_t input_len = 128;
   int32_t output_len = 128;
   int32_t batch_size = 1;
+  int32_t query_len = 1;        // tokens a sequence per decode step, each sampled
   int32_t prefill_repeats = 5;  // TTFT is the median of these, after one warm-up
   // Decode steps sample with these settings (default greedy); penalties see prompt + output.
   ResolvedSampling decode_sampling = [] {
@@ -30,15 +32,17 @@ struct LatencyOptions {
 };
 
 struct LatencyResult {
-  double ttft_ms = 0;  // median prefill of one prompt + its first sample
-  double tpot_ms = 0;  // median decode step (batch_size tokens)
-  double tok_per_s = 0;
+  double ttft_ms = 0;    // median prefill of one prompt + its first sample
+  double tpot_ms = 0;    // median decode step (batch_size * query_len tokens)
+  double tok_per_s = 0;  // tokens a second through decode steps: batch_size * query_len / TPOT
   int64_t weight_bytes_per_step = 0;
   double achieved_tb_per_s = 0;  // weight bytes / TPOT
   double mbu = 0;                // against the 4.2 TB/s copy ceiling (GPU-MACHINE.md)
 };
 
-// Needs runner.num_pages() >= batch_size * ceil((input_len + output_len) / page_size).
+// Needs runner.num_pages() >= batch_size * latency_pages_per_seq(opts, page_size), room for
+// batch_size * query_len tokens and logit rows a step.
+int32_t latency_pages_per_seq(const LatencyOptions& opts, int32_t page_size);
 // weight_bytes_per_step: bytes read per decode step (weights, without the gathered embedding).
 Result<LatencyResult> run_latency(ModelRunner& runner, const LatencyOptions& opts,
                                   int64_t weight_bytes_per_step);

@@ -114,6 +114,9 @@ void register_bench(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   lat->add_option("--batch-size", f->opts.batch_size, "Sequences decoding together")
       ->capture_default_str();
+  lat->add_option("--query-len", f->opts.query_len,
+                  "Tokens a sequence per decode step, each sampled (a verify pass of k = N - 1)")
+      ->capture_default_str();
   lat->add_option("--page-size", f->page_size, "KV page size")->capture_default_str();
   lat->add_option("--quantization", f->quantization,
                   "fp8: quantize a float checkpoint's Linears at load");
@@ -125,14 +128,18 @@ void register_bench(CLI::App& app, int& exit_code) {
     };
     auto model = load_model_dir(f->model);
     if (!model) return fail(model.error());
-    const int32_t per_seq =
-        (f->opts.input_len + f->opts.output_len + f->page_size - 1) / f->page_size;
+    if (f->opts.query_len < 1) {
+      return fail(make_error(ErrorCode::kInvalidArgument, "--query-len must be at least 1"));
+    }
+    const int32_t per_seq = bench::latency_pages_per_seq(f->opts, f->page_size);
+    const int32_t step_tokens = f->opts.batch_size * f->opts.query_len;
     RunnerOptions ro;
     ro.device = f->device;
     ro.page_size = f->page_size;
     ro.num_pages = per_seq * f->opts.batch_size;
-    ro.max_batch_tokens = std::max(f->opts.input_len, f->opts.batch_size);
+    ro.max_batch_tokens = std::max(f->opts.input_len, step_tokens);
     ro.max_seqs = f->opts.batch_size;
+    ro.max_logit_rows = step_tokens;
     ro.quantization = f->quantization;
     auto runner = make_runner(*model, ro);
     if (!runner) return fail(runner.error());

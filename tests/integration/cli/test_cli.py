@@ -150,5 +150,34 @@ class RunTest(unittest.TestCase):
         self.assertIn("safetensors", p.stderr)
 
 
+class BenchLatencyTest(unittest.TestCase):
+    def bench(self, *extra, check=True):
+        m = model("tiny-qwen", QWEN_TOK)
+        return tandem("bench", "latency", "--model", m, "--device", "cpu", "--input-len", 8,
+                      "--output-len", 6, "--batch-size", 2, *extra, "--json", check=check)
+
+    def test_reports_one_json_object(self):
+        r = json.loads(self.bench().stdout)
+        self.assertEqual((r["input_len"], r["output_len"], r["batch_size"], r["query_len"]),
+                         (8, 6, 2, 1))
+        self.assertGreater(r["ttft_ms"], 0)
+        self.assertGreater(r["tpot_ms"], 0)
+        # tok/s and TPOT are printed rounded: a relative tolerance.
+        self.assertAlmostEqual(r["tok_per_s"], 2 * 1000.0 / r["tpot_ms"],
+                               delta=1e-3 * r["tok_per_s"])
+
+    def test_verify_shaped_steps(self):
+        # --query-len 5: every step carries 5 tokens a sequence, each sampled, as a speculative
+        # verify pass of k = 4 does; tok/s counts all of them.
+        r = json.loads(self.bench("--query-len", 5).stdout)
+        self.assertEqual(r["query_len"], 5)
+        self.assertGreater(r["tpot_ms"], 0)
+        self.assertAlmostEqual(r["tok_per_s"], 2 * 5 * 1000.0 / r["tpot_ms"],
+                               delta=1e-3 * r["tok_per_s"])
+        p = self.bench("--query-len", 0, check=False)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("--query-len", p.stderr)
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)
