@@ -24,6 +24,10 @@ WORK = tempfile.mkdtemp(prefix="tandemd-serve-")
 MODEL = os.path.join(WORK, "tiny-qwen")
 CLIENTS = 24
 OUTPUT = 16
+# The pool-pressure clients generate longer, so that their requests overlap in the daemon
+# however the 24 client processes are spread out at start: at 16 tokens, two CPU stages served
+# all of them one pool-full at a time without a preemption or a refusal (a failed run).
+PRESSURE_OUTPUT = 64
 
 
 def tandem(*args, check=True, timeout=120):
@@ -34,7 +38,8 @@ def tandem(*args, check=True, timeout=120):
 
 
 def prompt_ids(i):
-    """Long prompts (160-200 tokens, 11-14 pages of the 64 with the output) of ordinary ids."""
+    """Long prompts (160-200 tokens; with 16 or 64 output tokens 11-17 pages of the 64) of
+    ordinary ids."""
     rng = random.Random(1000 + i)
     return ",".join(str(rng.randrange(1000, 20000)) for _ in range(160 + 20 * i))
 
@@ -43,13 +48,13 @@ DISTINCT = 3  # the 24 clients send these 3 prompts 8 times each
 EXPECTED = {}
 
 
-def expected(i):
-    if i not in EXPECTED:
+def expected(i, max_tokens=OUTPUT):
+    if (i, max_tokens) not in EXPECTED:
         out = tandem("run", "--model", MODEL, "--device", "cpu", "--threads", 1, "--prompt-ids",
-                     prompt_ids(i), "--max-tokens", OUTPUT, "--temperature", 0, "--ignore-eos",
+                     prompt_ids(i), "--max-tokens", max_tokens, "--temperature", 0, "--ignore-eos",
                      "--json").stdout
-        EXPECTED[i] = json.loads(out)["token_ids"]
-    return EXPECTED[i]
+        EXPECTED[(i, max_tokens)] = json.loads(out)["token_ids"]
+    return EXPECTED[(i, max_tokens)]
 
 
 class Daemon:
@@ -117,16 +122,17 @@ class ServeUnderLoad:
 
     def test_pool_pressure(self):
         for i in range(DISTINCT):
-            expected(i)
+            expected(i, PRESSURE_OUTPUT)
         before = self.daemon.preemptions()
-        procs = [generate(self.daemon.socket, c % DISTINCT) for c in range(CLIENTS)]
+        procs = [generate(self.daemon.socket, c % DISTINCT, PRESSURE_OUTPUT) for c in range(CLIENTS)]
         done, overloaded = 0, 0
         for c, p in enumerate(procs):
             out, err = p.communicate(timeout=120)
             if p.returncode == 0:
                 r = json.loads(out)
                 self.assertEqual(r["finish_reason"], "length")
-                self.assertEqual(r["token_ids"], expected(c % DISTINCT), f"client {c}")
+                self.assertEqual(r["token_ids"], expected(c % DISTINCT, PRESSURE_OUTPUT),
+                                 f"client {c}")
                 done += 1
             else:
                 self.assertIn("overloaded:", err, f"client {c} failed with something else")
