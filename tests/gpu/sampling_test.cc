@@ -57,29 +57,48 @@ std::vector<float> make_logits(int rows, int vocab, bool ties, float spread, uin
   return x;
 }
 
-// Mismatching rows between the device sampler and the reference, over `draws` steps.
-int mismatches(const Case& c, int vocab, int valid, int rows, int draws, uint32_t seed) {
-  const std::vector<float> host = make_logits(rows, vocab, c.ties, c.spread, seed);
+// The host logits on the device, and a stream; both freed with it.
+struct DeviceLogits {
+  explicit DeviceLogits(const std::vector<float>& host) {
+    TANDEM_CUDA_CHECK(cudaMalloc(&dev, host.size() * 4));
+    TANDEM_CUDA_CHECK(cudaMemcpy(dev, host.data(), host.size() * 4, cudaMemcpyHostToDevice));
+    TANDEM_CUDA_CHECK(cudaStreamCreate(&stream));
+  }
+  ~DeviceLogits() {
+    TANDEM_CUDA_CHECK(cudaStreamDestroy(stream));
+    TANDEM_CUDA_CHECK(cudaFree(dev));
+  }
+  DeviceLogits(const DeviceLogits&) = delete;
+  DeviceLogits& operator=(const DeviceLogits&) = delete;
   float* dev = nullptr;
-  TANDEM_CUDA_CHECK(cudaMalloc(&dev, host.size() * 4));
-  TANDEM_CUDA_CHECK(cudaMemcpy(dev, host.data(), host.size() * 4, cudaMemcpyHostToDevice));
-  cudaStream_t stream;
-  TANDEM_CUDA_CHECK(cudaStreamCreate(&stream));
-  DeviceSampler sampler(vocab, rows);
+  cudaStream_t stream = nullptr;
+};
 
+// Each row's generator, and the case's history (prompt ids below `ids`, repeating outputs) and
+// banned ids below `ids`.
+std::vector<Row> make_rows(const Case& c, int rows, int ids, uint32_t seed) {
   std::mt19937 g(seed + 1);
   std::vector<Row> state(static_cast<size_t>(rows));
   for (int r = 0; r < rows; ++r) {
     Row& row = state[size_t(r)];
     row.rng = SamplingRng{seed * 1000u + uint64_t(r), 0};
     if (c.history) {
-      for (int i = 0; i < 40; ++i) row.prompt.push_back(int32_t(g() % uint32_t(valid)));
+      for (int i = 0; i < 40; ++i) row.prompt.push_back(int32_t(g() % uint32_t(ids)));
       for (int i = 0; i < 25; ++i) row.output.push_back(int32_t(g() % 50));  // repeats
     }
     if (c.ban) {
-      for (int i = 0; i < 3; ++i) row.ban.push_back(int32_t(g() % uint32_t(valid)));
+      for (int i = 0; i < 3; ++i) row.ban.push_back(int32_t(g() % uint32_t(ids)));
     }
   }
+  return state;
+}
+
+// Mismatching rows between the device sampler and the reference, over `draws` steps.
+int mismatches(const Case& c, int vocab, int valid, int rows, int draws, uint32_t seed) {
+  const std::vector<float> host = make_logits(rows, vocab, c.ties, c.spread, seed);
+  const DeviceLogits device(host);
+  DeviceSampler sampler(vocab, rows);
+  std::vector<Row> state = make_rows(c, rows, valid, seed);
   int bad = 0;
   for (int d = 0; d < draws; ++d) {
     std::vector<SampleRequest> reqs(static_cast<size_t>(rows));
@@ -92,7 +111,7 @@ int mismatches(const Case& c, int vocab, int valid, int rows, int draws, uint32_
       which.push_back(size_t(r));
     }
     std::vector<int32_t> got(static_cast<size_t>(rows), -7);
-    sampler.sample(dev, valid, reqs, which, got, stream);
+    sampler.sample(device.dev, valid, reqs, which, got, device.stream);
     for (int r = 0; r < rows; ++r) {
       Row& row = ref[size_t(r)];
       std::vector<float> logits(host.begin() + ptrdiff_t(r) * vocab,
@@ -112,15 +131,13 @@ int mismatches(const Case& c, int vocab, int valid, int rows, int draws, uint32_
   }
   // The logits themselves are left as they were (penalties work on a copy).
   std::vector<float> after(host.size());
-  TANDEM_CUDA_CHECK(cudaMemcpy(after.data(), dev, after.size() * 4, cudaMemcpyDeviceToHost));
+  TANDEM_CUDA_CHECK(cudaMemcpy(after.data(), device.dev, after.size() * 4, cudaMemcpyDeviceToHost));
   for (size_t i = 0; i < after.size(); ++i) {
     if (!(std::isnan(after[i]) && std::isnan(host[i])) && after[i] != host[i]) {
       ++bad;
       break;
     }
   }
-  TANDEM_CUDA_CHECK(cudaStreamDestroy(stream));
-  TANDEM_CUDA_CHECK(cudaFree(dev));
   return bad;
 }
 
@@ -130,39 +147,24 @@ int mismatches(const Case& c, int vocab, int valid, int rows, int draws, uint32_
 // normalising sums run in another order).
 int prob_mismatches(const Case& c, int vocab, int width, int rows, uint32_t seed) {
   const std::vector<float> host = make_logits(rows, vocab, c.ties, c.spread, seed);
-  float* dev = nullptr;
-  TANDEM_CUDA_CHECK(cudaMalloc(&dev, host.size() * 4));
-  TANDEM_CUDA_CHECK(cudaMemcpy(dev, host.data(), host.size() * 4, cudaMemcpyHostToDevice));
-  cudaStream_t stream;
-  TANDEM_CUDA_CHECK(cudaStreamCreate(&stream));
+  const DeviceLogits device(host);
   DeviceSampler sampler(vocab, rows);
-  std::mt19937 g(seed + 1);
-  std::vector<Row> state(static_cast<size_t>(rows));
+  std::vector<Row> state = make_rows(c, rows, width, seed);
   std::vector<SampleRequest> reqs;
   for (int r = 0; r < rows; ++r) {
-    Row& row = state[size_t(r)];
-    if (c.history) {
-      for (int i = 0; i < 40; ++i) row.prompt.push_back(int32_t(g() % uint32_t(width)));
-      for (int i = 0; i < 25; ++i) row.output.push_back(int32_t(g() % 50));
-    }
-    if (c.ban) {
-      for (int i = 0; i < 3; ++i) row.ban.push_back(int32_t(g() % uint32_t(width)));
-    }
+    const Row& row = state[size_t(r)];
     // Rows in reverse order: a request's logit row is its own, not its position.
     reqs.push_back(SampleRequest{rows - 1 - r, &c.params, TokenHistory{row.prompt, row.output},
                                  row.ban, nullptr});
   }
   std::vector<float> got(size_t(rows) * size_t(width), NAN);
-  sampler.probs(dev, width, reqs, got, {}, stream);
+  sampler.probs(device.dev, width, reqs, got, {}, device.stream);
   // Again with the draws: the same rows, bit for bit, and each row's token.
-  for (int r = 0; r < rows; ++r) {
-    state[size_t(r)].rng = SamplingRng{seed * 1000u + uint64_t(r), 0};
-    reqs[size_t(r)].rng = &state[size_t(r)].rng;
-  }
+  for (int r = 0; r < rows; ++r) reqs[size_t(r)].rng = &state[size_t(r)].rng;
   const std::vector<Row> ref = state;  // the reference draws from copies of the generators
   std::vector<float> got_drawn(got.size(), NAN);
   std::vector<int32_t> drawn(static_cast<size_t>(rows), -7);
-  sampler.probs(dev, width, reqs, got_drawn, drawn, stream);
+  sampler.probs(device.dev, width, reqs, got_drawn, drawn, device.stream);
   int bad = 0;
   if (std::memcmp(got.data(), got_drawn.data(), got.size() * 4) != 0) {
     ++bad;
@@ -191,8 +193,6 @@ int prob_mismatches(const Case& c, int vocab, int width, int rows, uint32_t seed
       }
     }
   }
-  TANDEM_CUDA_CHECK(cudaStreamDestroy(stream));
-  TANDEM_CUDA_CHECK(cudaFree(dev));
   return bad;
 }
 

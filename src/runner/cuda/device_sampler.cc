@@ -96,6 +96,17 @@ void DeviceSampler::upload_rows(std::span<const SampleRequest> requests,
                                     cudaMemcpyHostToDevice, stream));
 }
 
+const int32_t* DeviceSampler::fetch_ids(int32_t n, cudaStream_t stream) {
+  TANDEM_CUDA_CHECK(cudaMemcpyAsync(ids_host_.as<void>(), ids_.ptr(), size_t(n) * 4,
+                                    cudaMemcpyDeviceToHost, stream));
+  TANDEM_CUDA_CHECK(cudaStreamSynchronize(stream));
+  const int32_t* ids = ids_host_.as<int32_t>();
+  for (int32_t i = 0; i < n; ++i) {
+    TANDEM_CHECK(ids[i] >= 0, "no finite logit left to sample from (row %d)", i);
+  }
+  return ids;
+}
+
 void DeviceSampler::sample(const float* logits, int32_t valid_vocab,
                            std::span<const SampleRequest> requests, std::span<const size_t> which,
                            std::span<int32_t> out, cudaStream_t stream) {
@@ -110,14 +121,8 @@ void DeviceSampler::sample(const float* logits, int32_t valid_vocab,
                                 adjust_.as<kernels::LogitAdjust>(), rows, scratch_.as<float>(),
                                 ids_.as<int32_t>() + w, stream);
   }
-  TANDEM_CUDA_CHECK(cudaMemcpyAsync(ids_host_.as<void>(), ids_.ptr(), size_t(n) * 4,
-                                    cudaMemcpyDeviceToHost, stream));
-  TANDEM_CUDA_CHECK(cudaStreamSynchronize(stream));
-  const int32_t* ids = ids_host_.as<int32_t>();
-  for (int32_t i = 0; i < n; ++i) {
-    TANDEM_CHECK(ids[i] >= 0, "no finite logit left to sample from (row %d)", i);
-    out[which[size_t(i)]] = ids[i];
-  }
+  const int32_t* ids = fetch_ids(n, stream);
+  for (int32_t i = 0; i < n; ++i) out[which[size_t(i)]] = ids[i];
 }
 
 void DeviceSampler::probs(const float* logits, int32_t width,
@@ -146,14 +151,8 @@ void DeviceSampler::probs(const float* logits, int32_t width,
                                       size_t(rows) * size_t(width) * 4, cudaMemcpyDeviceToHost,
                                       stream));
   }
-  TANDEM_CUDA_CHECK(cudaMemcpyAsync(ids_host_.as<void>(), ids_.ptr(), size_t(n) * 4,
-                                    cudaMemcpyDeviceToHost, stream));
-  TANDEM_CUDA_CHECK(cudaStreamSynchronize(stream));
-  const int32_t* status = ids_host_.as<int32_t>();
-  for (int32_t i = 0; i < n; ++i) {
-    TANDEM_CHECK(status[i] >= 0, "no finite logit left to sample from (row %d)", i);
-    if (draw) draws[size_t(i)] = status[i];
-  }
+  const int32_t* status = fetch_ids(n, stream);
+  if (draw) std::copy_n(status, n, draws.begin());
 }
 
 }  // namespace tandem

@@ -38,6 +38,9 @@ class DeviceSampler {
   void upload_rows(std::span<const SampleRequest> requests, std::span<const size_t> which,
                    bool draw, cudaStream_t stream);
   void append_adjustments(const SampleRequest& r, kernels::SampleRowParams& p);
+  // The n rows' ids (tokens, or probs()' status) on the host once the stream gets there; a row
+  // left with no finite logit is an error.
+  const int32_t* fetch_ids(int32_t n, cudaStream_t stream);
   void reserve_adjustments(size_t entries);
 
   int64_t vocab_ = 0;
