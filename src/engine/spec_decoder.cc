@@ -71,6 +71,31 @@ int32_t DraftLengthPolicy::choose(const Sequence& seq, int32_t batch_size) const
   return best_k;
 }
 
+void DraftLengthPolicy::share_k(std::span<Sequence* const> seqs, std::span<int32_t> ks) const {
+  TANDEM_CHECK(seqs.size() == ks.size(), "%zu sequences, %zu draft lengths", seqs.size(),
+               ks.size());
+  if (config_.fixed_k > 0) return;
+  std::vector<double> shared;  // acceptance of the sequences that share k
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    if (ks[i] > 0 && !reproducible(*seqs[i])) shared.push_back(seqs[i]->spec_acceptance);
+  }
+  if (shared.size() < 2) return;  // one sequence: its own choice is the batch's
+  int32_t best_k = 0;
+  double best = 0;
+  for (int32_t k = std::max(1, config_.draft_min); k <= config_.draft_max; ++k) {
+    double tokens = 0;
+    for (const double a : shared) tokens += expected_tokens(a, k);
+    const double gain = tokens / (1.0 + k * cost_ratio_);
+    if (gain > best) {
+      best = gain;
+      best_k = k;
+    }
+  }
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    if (ks[i] > 0 && !reproducible(*seqs[i])) ks[i] = best_k;
+  }
+}
+
 void DraftLengthPolicy::observe_costs(double draft_step_ms, double target_step_ms) {
   if (draft_step_ms <= 0 || target_step_ms <= 0) return;
   cost_ratio_ = 0.9 * cost_ratio_ + 0.1 * (draft_step_ms / target_step_ms);
@@ -130,12 +155,15 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
   // The verify pass carries 1 + k tokens per sequence within the same limit (the engine gives
   // both runners one max_batch_tokens): proposals take what the batch's own tokens leave.
   int64_t verify_room = budget - int64_t(n);
+  std::vector<int32_t> chosen(n, 0);  // the policy's k per sequence, shared across the batch
+  if (speculate) {
+    for (size_t i = 0; i < n; ++i) chosen[i] = policy_.choose(*seqs[i], int32_t(n));
+    policy_.share_k(seqs, chosen);
+  }
   for (size_t i = 0; i < n; ++i) {
     Sequence& seq = *seqs[i];
     TANDEM_CHECK(seq.pending() == 1);
-    int32_t k = speculate ? clip_draft_length(seq, policy_.choose(seq, int32_t(n)),
-                                              policy_.config().max_model_len)
-                          : 0;
+    int32_t k = clip_draft_length(seq, chosen[i], policy_.config().max_model_len);
     const int64_t len = int64_t(seq.tokens.size());
     const int64_t lag = len - seq.draft_computed;  // the pending token included
     auto lock = lock_pools();

@@ -60,6 +60,13 @@ class DraftLengthPolicy {
   explicit DraftLengthPolicy(SpecConfig config) : config_(config) {}
   // 0 = do not speculate this step.
   int32_t choose(const Sequence& seq, int32_t batch_size) const;
+  // One k for the batch: ks holds each sequence's choose(); every speculating sequence that is
+  // not reproducible() then proposes the k in [draft_min, draft_max] that maximises the batch's
+  // expected tokens over the cost of a step, sum_i E(a_i, k) / (1 + k c). A step runs max(k)
+  // draft rounds whatever each sequence chose, so sequences with a smaller k left tokens unasked
+  // for at no saving. Reproducible sequences keep their own k (their tokens must not depend on
+  // the batch); with a fixed k nothing changes.
+  void share_k(std::span<Sequence* const> seqs, std::span<int32_t> ks) const;
   void observe_costs(double draft_step_ms, double target_step_ms);
   double cost_ratio() const { return cost_ratio_; }
   const SpecConfig& config() const { return config_; }

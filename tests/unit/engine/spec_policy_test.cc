@@ -2,6 +2,7 @@
 // acceptance estimate from step outcomes, and the k it leads to.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <random>
 
 #include "engine/spec_decoder.h"
@@ -77,4 +78,52 @@ TEST_CASE("draft length: long drafts at high acceptance, none where drafts fail"
   // Above max_batch nothing speculates.
   seq.spec_acceptance = 0.9;
   CHECK(policy.choose(seq, config.max_batch + 1) == 0);
+}
+
+TEST_CASE("draft length: one k for the batch, reproducible sequences keep their own") {
+  SpecConfig config;
+  config.draft_max = 8;
+  DraftLengthPolicy policy(config);
+  for (int i = 0; i < 200; ++i) policy.observe_costs(0.8, 5.0);  // c = 0.16
+  Sequence good, poor, failing, seeded;
+  good.spec_acceptance = 0.95;
+  poor.spec_acceptance = 0.5;
+  failing.spec_acceptance = 0.05;
+  seeded.spec_acceptance = 0.5;
+  seeded.params.temperature = 0.7f;
+  seeded.params.has_seed = true;
+  REQUIRE(DraftLengthPolicy::reproducible(seeded));
+  std::vector<Sequence*> batch{&good, &poor, &failing, &seeded};
+  std::vector<int32_t> ks;
+  for (Sequence* s : batch) ks.push_back(policy.choose(*s, int32_t(batch.size())));
+  REQUIRE(ks[0] == 8);
+  REQUIRE(ks[1] > 0);
+  REQUIRE(ks[1] < 8);
+  REQUIRE(ks[2] == 0);
+  const int32_t seeded_k = ks[3];
+  const std::vector<int32_t> own = ks;
+  policy.share_k(batch, ks);
+  auto tokens = [](double a, int32_t k) {  // E(a, k)
+    double sum = 0, term = 1;
+    for (int32_t i = 0; i <= k; ++i, term *= a) sum += term;
+    return sum;
+  };
+  // The shared k maximises the pair's expected tokens over the step's cost...
+  auto gain = [&](int32_t k) {
+    return (tokens(0.95, k) + tokens(0.5, k)) / (1.0 + k * policy.cost_ratio());
+  };
+  CHECK(ks[0] == ks[1]);
+  for (int32_t k = 1; k <= 8; ++k) CHECK(gain(ks[0]) >= gain(k));
+  // ... and beats the sequences' own choices, whose step pays max(k) draft rounds anyway.
+  const double own_gain = (tokens(0.95, own[0]) + tokens(0.5, own[1])) /
+                          (1.0 + std::max(own[0], own[1]) * policy.cost_ratio());
+  CHECK(gain(ks[0]) > own_gain);
+  CHECK(ks[2] == 0);         // drafts that fail stay off
+  CHECK(ks[3] == seeded_k);  // the seeded sequence's tokens must not depend on the batch
+  // A fixed k is left alone.
+  SpecConfig fixed = config;
+  fixed.fixed_k = 3;
+  std::vector<int32_t> fks{3, 3, 3, 3};
+  DraftLengthPolicy(fixed).share_k(batch, fks);
+  CHECK(fks == std::vector<int32_t>{3, 3, 3, 3});
 }
