@@ -5,6 +5,7 @@
 
 #include "block_reduce.cuh"
 #include "cuda_check.cuh"
+#include "sample_rows.cuh"
 
 namespace tandem::kernels {
 namespace {
@@ -21,7 +22,6 @@ constexpr float kBucketsPerLogit = 8.0f;
 // depend on the launch. A probability below 2^-60 weighs 0; it can only matter when the kept
 // mass is within 1e-18 of top_p.
 constexpr double kFixedOne = 1152921504606846976.0;  // 2^60
-constexpr uint32_t kNegInfKey = 0x007fffffu;         // order_key(-inf); NaN maps here too
 
 using ReduceD = cub::BlockReduce<double, kThreads>;
 using ScanD = cub::BlockScan<double, kThreads>;
@@ -52,11 +52,6 @@ struct Shared {
   int last;
 };
 
-// Float order as unsigned order; NaN sorts with -inf (never sampled).
-__device__ __forceinline__ uint32_t order_key(float f) {
-  const uint32_t b = __float_as_uint(isnan(f) ? -INFINITY : f);
-  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
-}
 __device__ __forceinline__ float key_value(uint32_t k) {
   return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
 }
@@ -143,20 +138,9 @@ __global__ void __launch_bounds__(kThreads)
   float* row = scratch + int64_t(blockIdx.x) * stride;
   for (int i = threadIdx.x; i < valid; i += kThreads) row[i] = src[i];
   __syncthreads();
-  // Penalties with explicit roundings (no FMA contraction), as the host computes them.
   for (int j = P.adjust_begin + int(threadIdx.x); j < P.adjust_end; j += kThreads) {
     const LogitAdjust a = adjust[j];
-    if (a.id < 0 || a.id >= valid) continue;
-    float l = row[a.id];
-    if (a.flags & kAdjustRepeat) {
-      l = l > 0.0f ? __fdiv_rn(l, P.repetition_penalty) : __fmul_rn(l, P.repetition_penalty);
-    }
-    if (a.output_count > 0) {
-      l = __fsub_rn(l, __fmul_rn(P.frequency_penalty, float(a.output_count)));
-      l = __fsub_rn(l, P.presence_penalty);
-    }
-    if (a.flags & kAdjustBan) l = -INFINITY;
-    row[a.id] = l;
+    if (a.id >= 0 && a.id < valid) row[a.id] = adjusted_logit(row[a.id], a, P);
   }
   __syncthreads();
 

@@ -94,10 +94,12 @@ std::vector<Row> make_rows(const Case& c, int rows, int ids, uint32_t seed) {
 }
 
 // Mismatching rows between the device sampler and the reference, over `draws` steps.
-int mismatches(const Case& c, int vocab, int valid, int rows, int draws, uint32_t seed) {
+int mismatches(const Case& c, int vocab, int valid, int rows, int draws, uint32_t seed,
+               bool one_block) {
   const std::vector<float> host = make_logits(rows, vocab, c.ties, c.spread, seed);
   const DeviceLogits device(host);
   DeviceSampler sampler(vocab, rows);
+  sampler.set_one_block_only(one_block);
   std::vector<Row> state = make_rows(c, rows, valid, seed);
   int bad = 0;
   for (int d = 0; d < draws; ++d) {
@@ -145,10 +147,11 @@ int mismatches(const Case& c, int vocab, int valid, int rows, int draws, uint32_
 // reference's (apply_logits_processors then logits_to_probs on the row's first `width` logits):
 // a different kept set, or a kept probability off by more than a few float roundings (the
 // normalising sums run in another order).
-int prob_mismatches(const Case& c, int vocab, int width, int rows, uint32_t seed) {
+int prob_mismatches(const Case& c, int vocab, int width, int rows, uint32_t seed, bool one_block) {
   const std::vector<float> host = make_logits(rows, vocab, c.ties, c.spread, seed);
   const DeviceLogits device(host);
   DeviceSampler sampler(vocab, rows);
+  sampler.set_one_block_only(one_block);
   std::vector<Row> state = make_rows(c, rows, width, seed);
   std::vector<SampleRequest> reqs;
   for (int r = 0; r < rows; ++r) {
@@ -199,6 +202,10 @@ int prob_mismatches(const Case& c, int vocab, int width, int rows, uint32_t seed
 const std::vector<Case>& cases() {
   static const std::vector<Case> all = {
       {"temperature only", settings(1.0f, 0, 1.0f)},
+      // Temperature-only rows take the wide form (kernels/sample_wide.cuh) unless forced off.
+      {"temperature only, ties", settings(0.8f, 0, 1.0f), true},
+      {"temperature with penalties and bans", settings(0.7f, 0, 1.0f, 0.0f, 1.2f, 0.5f, 0.3f),
+       false, true, true},
       {"qwen defaults", settings(0.7f, 20, 0.8f, 0.0f, 1.05f), false, true},
       {"llama defaults (top-p over the whole vocabulary)", settings(0.6f, 0, 0.9f)},
       {"top-k 1", settings(1.0f, 1, 1.0f)},
@@ -219,26 +226,37 @@ const std::vector<Case>& cases() {
 
 }  // namespace
 
+// Each test runs both kernel forms: the wide one takes the temperature-only rows (the default),
+// and the one-block kernel takes every row when forced.
 TEST_CASE("device sampler equals the reference sampler, small vocabulary, 40 rows") {
-  for (const Case& c : cases()) {
-    CAPTURE(c.name);
-    CHECK(mismatches(c, 1000, 1000 - 24, 40, 12, 7) == 0);
+  for (const bool one_block : {false, true}) {
+    for (const Case& c : cases()) {
+      CAPTURE(c.name);
+      CAPTURE(one_block);
+      CHECK(mismatches(c, 1000, 1000 - 24, 40, 12, 7, one_block) == 0);
+    }
   }
 }
 
 TEST_CASE("device sampler equals the reference sampler, Qwen2.5 vocabulary (152,064 rows)") {
-  for (const Case& c : cases()) {
-    CAPTURE(c.name);
-    CHECK(mismatches(c, 152064, 151665, 8, 3, 11) == 0);
+  for (const bool one_block : {false, true}) {
+    for (const Case& c : cases()) {
+      CAPTURE(c.name);
+      CAPTURE(one_block);
+      CHECK(mismatches(c, 152064, 151665, 8, 3, 11, one_block) == 0);
+    }
   }
 }
 
 TEST_CASE(
     "device probabilities (and their draws) equal the reference's, both vocabularies, more rows "
     "than a wave") {
-  for (const Case& c : cases()) {
-    CAPTURE(c.name);
-    CHECK(prob_mismatches(c, 1000, 1000 - 24, 40, 5) == 0);
-    CHECK(prob_mismatches(c, 152064, 151665, 6, 13) == 0);
+  for (const bool one_block : {false, true}) {
+    for (const Case& c : cases()) {
+      CAPTURE(c.name);
+      CAPTURE(one_block);
+      CHECK(prob_mismatches(c, 1000, 1000 - 24, 40, 5, one_block) == 0);
+      CHECK(prob_mismatches(c, 152064, 151665, 6, 13, one_block) == 0);
+    }
   }
 }

@@ -1,6 +1,7 @@
 #include "runner/cuda/device_sampler.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "core/check.h"
@@ -13,6 +14,7 @@ DeviceSampler::DeviceSampler(int64_t vocab, int32_t max_rows)
       max_rows_(max_rows),
       scratch_(size_t(kernels::kSampleMaxRows) * size_t(vocab) * 4),
       probs_(size_t(kernels::kSampleMaxRows) * size_t(vocab) * 4),
+      wide_(kernels::sample_wide_scratch_bytes(vocab)),
       params_(size_t(max_rows) * sizeof(kernels::SampleRowParams)),
       params_host_(size_t(max_rows) * sizeof(kernels::SampleRowParams)),
       ids_(size_t(max_rows) * 4),
@@ -21,6 +23,9 @@ DeviceSampler::DeviceSampler(int64_t vocab, int32_t max_rows)
   // Room for a few thousand penalised ids up front; longer histories grow it (rarely, and
   // only between steps).
   reserve_adjustments(size_t(max_rows) * 256);
+  // A/B switch for benchmarks: TANDEM_SAMPLE_ONE_BLOCK=1 keeps every row on the one-block kernel.
+  const char* env = std::getenv("TANDEM_SAMPLE_ONE_BLOCK");
+  force_one_block_ = env != nullptr && std::strcmp(env, "1") == 0;
 }
 
 void DeviceSampler::reserve_adjustments(size_t entries) {
@@ -107,6 +112,15 @@ const int32_t* DeviceSampler::fetch_ids(int32_t n, cudaStream_t stream) {
   return ids;
 }
 
+bool DeviceSampler::wave_is_wide(int32_t first, int32_t rows, int32_t valid_vocab) const {
+  if (force_one_block_) return false;
+  const auto* params = params_host_.as<kernels::SampleRowParams>() + first;
+  for (int32_t i = 0; i < rows; ++i) {
+    if (!kernels::sample_row_is_wide(params[i], valid_vocab)) return false;
+  }
+  return true;
+}
+
 void DeviceSampler::sample(const float* logits, int32_t valid_vocab,
                            std::span<const SampleRequest> requests, std::span<const size_t> which,
                            std::span<int32_t> out, cudaStream_t stream) {
@@ -116,10 +130,17 @@ void DeviceSampler::sample(const float* logits, int32_t valid_vocab,
   // Rows share the scratch rows, so waves of kSampleMaxRows run one after another.
   for (int32_t w = 0; w < n; w += kernels::kSampleMaxRows) {
     const int32_t rows = std::min(kernels::kSampleMaxRows, n - w);
-    kernels::launch_sample_rows(logits, int32_t(vocab_), valid_vocab,
-                                params_.as<kernels::SampleRowParams>() + w,
-                                adjust_.as<kernels::LogitAdjust>(), rows, scratch_.as<float>(),
-                                ids_.as<int32_t>() + w, stream);
+    const auto* params = params_.as<kernels::SampleRowParams>() + w;
+    if (wave_is_wide(w, rows, valid_vocab)) {
+      kernels::launch_sample_rows_wide(logits, int32_t(vocab_), valid_vocab, params,
+                                       adjust_.as<kernels::LogitAdjust>(), rows,
+                                       scratch_.as<float>(), wide_.ptr(), ids_.as<int32_t>() + w,
+                                       nullptr, 0, /*draw=*/true, stream);
+    } else {
+      kernels::launch_sample_rows(logits, int32_t(vocab_), valid_vocab, params,
+                                  adjust_.as<kernels::LogitAdjust>(), rows, scratch_.as<float>(),
+                                  ids_.as<int32_t>() + w, stream);
+    }
   }
   const int32_t* ids = fetch_ids(n, stream);
   for (int32_t i = 0; i < n; ++i) out[which[size_t(i)]] = ids[i];
@@ -143,10 +164,17 @@ void DeviceSampler::probs(const float* logits, int32_t width,
   // host before the next overwrites them (the copy is ordered on the stream).
   for (int32_t w = 0; w < n; w += kernels::kSampleMaxRows) {
     const int32_t rows = std::min(kernels::kSampleMaxRows, n - w);
-    kernels::launch_probs_rows(logits, int32_t(vocab_), width,
-                               params_.as<kernels::SampleRowParams>() + w,
-                               adjust_.as<kernels::LogitAdjust>(), rows, scratch_.as<float>(),
-                               ids_.as<int32_t>() + w, probs_.as<float>(), width, draw, stream);
+    const auto* params = params_.as<kernels::SampleRowParams>() + w;
+    if (wave_is_wide(w, rows, width)) {
+      kernels::launch_sample_rows_wide(logits, int32_t(vocab_), width, params,
+                                       adjust_.as<kernels::LogitAdjust>(), rows,
+                                       scratch_.as<float>(), wide_.ptr(), ids_.as<int32_t>() + w,
+                                       probs_.as<float>(), width, draw, stream);
+    } else {
+      kernels::launch_probs_rows(logits, int32_t(vocab_), width, params,
+                                 adjust_.as<kernels::LogitAdjust>(), rows, scratch_.as<float>(),
+                                 ids_.as<int32_t>() + w, probs_.as<float>(), width, draw, stream);
+    }
     TANDEM_CUDA_CHECK(cudaMemcpyAsync(out.data() + size_t(w) * size_t(width), probs_.ptr(),
                                       size_t(rows) * size_t(width) * 4, cudaMemcpyDeviceToHost,
                                       stream));

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kernels/sample.cuh"
+#include "kernels/sample_wide.cuh"
 #include "runner/cuda/device_buffer.h"
 #include "runner/runner.h"
 
@@ -33,7 +34,12 @@ class DeviceSampler {
   void probs(const float* logits, int32_t width, std::span<const SampleRequest> requests,
              std::span<float> out, std::span<int32_t> draws, cudaStream_t stream);
 
+  // Every row on the one-block kernel, also those the wide form takes (tests compare the two).
+  void set_one_block_only(bool on) { force_one_block_ = on; }
+
  private:
+  // Rows [first, first + rows) of the uploaded settings all take the wide form.
+  bool wave_is_wide(int32_t first, int32_t rows, int32_t valid_vocab) const;
   // Each row's settings (and, when `draw`, its uniform) and penalty list to the device.
   void upload_rows(std::span<const SampleRequest> requests, std::span<const size_t> which,
                    bool draw, cudaStream_t stream);
@@ -45,8 +51,10 @@ class DeviceSampler {
 
   int64_t vocab_ = 0;
   int32_t max_rows_ = 0;
-  DeviceBuffer scratch_;      // [kSampleMaxRows, vocab] fp32: each row's processed logits
-  DeviceBuffer probs_;        // [kSampleMaxRows, vocab] fp32: probs() rows of one wave
+  DeviceBuffer scratch_;  // [kSampleMaxRows, vocab] fp32: each row's processed logits
+  DeviceBuffer probs_;    // [kSampleMaxRows, vocab] fp32: probs() rows of one wave
+  DeviceBuffer wide_;     // sample_wide_scratch_bytes(vocab): the wide form's rows, partials
+  bool force_one_block_ = false;
   DeviceBuffer params_;       // [max_rows] SampleRowParams
   PinnedBuffer params_host_;  // [max_rows] SampleRowParams
   DeviceBuffer ids_;          // [max_rows] int32
