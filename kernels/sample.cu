@@ -136,6 +136,11 @@ __global__ void __launch_bounds__(kThreads)
   const SampleRowParams P = params[blockIdx.x];
   const float* src = logits + int64_t(P.logit_row) * stride;
   float* row = scratch + int64_t(blockIdx.x) * stride;
+  // exp(l / T - m / T) of every token the softmax sums, by id, written by the sum's pass so that
+  // the later passes over the kept tokens (their total, the written row, the draw's scan) divide
+  // instead of computing a double-precision exp again each: the same bits.
+  double* e = reinterpret_cast<double*>(scratch + int64_t(kSampleMaxRows) * stride) +
+              int64_t(blockIdx.x) * stride;
   for (int i = threadIdx.x; i < valid; i += kThreads) row[i] = src[i];
   __syncthreads();
   for (int j = P.adjust_begin + int(threadIdx.x); j < P.adjust_end; j += kThreads) {
@@ -185,7 +190,10 @@ __global__ void __launch_bounds__(kThreads)
   if (!cut_k) {
     double local = 0.0;
     for (int i = threadIdx.x; i < valid; i += kThreads) {
-      if (order_key(row[i]) > kNegInfKey) local += exp(double(row[i]) / T - mT);
+      if (order_key(row[i]) > kNegInfKey) {
+        e[i] = exp(double(row[i]) / T - mT);
+        local += e[i];
+      }
     }
     sum = block_sum_d(local, sh);
   }
@@ -258,7 +266,11 @@ __global__ void __launch_bounds__(kThreads)
     double local = 0.0;
     for (int i = threadIdx.x; i < n; i += kThreads) {
       const uint32_t key = order_key(vals[i]);
-      if (key > kNegInfKey && key >= lo) local += exp(double(vals[i]) / T - mT);
+      if (key > kNegInfKey && key >= lo) {
+        const double ev = exp(double(vals[i]) / T - mT);
+        e[ids != nullptr ? ids[i] : i] = ev;
+        local += ev;
+      }
     }
     sum = block_sum_d(local, sh);
   }
@@ -305,7 +317,7 @@ __global__ void __launch_bounds__(kThreads)
     const uint32_t k = order_key(l);
     if (k <= kNegInfKey || k < lo) return 0.0;
     if (!cut.all && (k < cut.key || (k == cut.key && i > pos_cut))) return 0.0;
-    const double p = prob(l);
+    const double p = e[ids != nullptr ? ids[i] : i] / sum;  // prob(l), its exp from the sum's pass
     return p < min_p ? 0.0 : p;
   };
   double local = 0.0;

@@ -8,6 +8,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 
 namespace tandem::kernels {
@@ -39,13 +40,18 @@ constexpr int32_t kAdjustBan = 2;     // min_tokens: eos/stop ids banned this st
 
 // Rows processed by one launch at most: each needs a private copy of its logits.
 constexpr int32_t kSampleMaxRows = 32;
+// The scratch a launch needs: [kSampleMaxRows, row_stride] fp32 (each row's processed logits)
+// followed by [kSampleMaxRows, row_stride] fp64 (each row's exp terms).
+constexpr size_t sample_scratch_bytes(int64_t row_stride) {
+  return size_t(kSampleMaxRows) * size_t(row_stride) * (4 + 8);
+}
 
 void launch_sample_rows(const float* logits,  // [*, row_stride] in, left unchanged
                         int32_t row_stride, int32_t valid_vocab,
                         const SampleRowParams* params,  // [num_rows] device
                         const LogitAdjust* adjust,      // device
                         int32_t num_rows,               // <= kSampleMaxRows
-                        float* scratch,                 // [kSampleMaxRows, row_stride] fp32
+                        float* scratch,                 // sample_scratch_bytes(row_stride)
                         int32_t* out,                   // [num_rows] token ids
                         cudaStream_t stream);
 
@@ -57,7 +63,7 @@ void launch_sample_rows(const float* logits,  // [*, row_stride] in, left unchan
 void launch_probs_rows(const float* logits, int32_t row_stride, int32_t valid_vocab,
                        const SampleRowParams* params, const LogitAdjust* adjust,
                        int32_t num_rows,  // <= kSampleMaxRows
-                       float* scratch,    // [kSampleMaxRows, row_stride] fp32
+                       float* scratch,    // sample_scratch_bytes(row_stride)
                        int32_t* status,   // [num_rows]
                        float* probs,      // [num_rows, probs_stride] fp32
                        int32_t probs_stride, bool draw, cudaStream_t stream);

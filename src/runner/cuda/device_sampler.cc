@@ -12,7 +12,7 @@ namespace tandem {
 DeviceSampler::DeviceSampler(int64_t vocab, int32_t max_rows)
     : vocab_(vocab),
       max_rows_(max_rows),
-      scratch_(size_t(kernels::kSampleMaxRows) * size_t(vocab) * 4),
+      scratch_(kernels::sample_scratch_bytes(vocab)),
       probs_(size_t(kernels::kSampleMaxRows) * size_t(vocab) * 4),
       wide_(kernels::sample_wide_scratch_bytes(vocab)),
       params_(size_t(max_rows) * sizeof(kernels::SampleRowParams)),

@@ -51,7 +51,7 @@ class DeviceSampler {
 
   int64_t vocab_ = 0;
   int32_t max_rows_ = 0;
-  DeviceBuffer scratch_;  // [kSampleMaxRows, vocab] fp32: each row's processed logits
+  DeviceBuffer scratch_;  // sample_scratch_bytes(vocab): processed logits, exp terms
   DeviceBuffer probs_;    // [kSampleMaxRows, vocab] fp32: probs() rows of one wave
   DeviceBuffer wide_;     // sample_wide_scratch_bytes(vocab): the wide form's rows, partials
   bool force_one_block_ = false;
