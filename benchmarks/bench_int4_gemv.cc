@@ -1,7 +1,7 @@
 // Int4 GEMV bandwidth at Qwen2.5-7B's decode shapes, against the bf16 GEMV, cuBLASLt (1-8
-// tokens) and a device copy.
+// tokens), the bf16 tensor-core skinny GEMM (2-16 tokens, every variant) and a device copy.
 //
-//   bench_int4_gemv [--iters 200] [--group 128] [--int4-only] [--m 1,5,20]
+//   bench_int4_gemv [--iters 200] [--group 128] [--int4-only | --bf16-only] [--m 1,5,20]
 //
 // Each case rotates over enough copies of the weights to be 4× the L2, as a forward streams
 // each layer's weights once, and times `iters` launches captured in one CUDA graph (as the
@@ -22,8 +22,10 @@
 
 #include "kernels/cuda_check.cuh"
 #include "kernels/gemm.cuh"
+#include "kernels/gemm_skinny.cuh"
 #include "kernels/gemv.cuh"
 #include "kernels/int4_linear.cuh"
+#include "kernels/silu_mul.cuh"
 #include "qwen7b_shapes.h"
 
 using namespace tandem;
@@ -100,6 +102,7 @@ void print(nlohmann::json j, double bytes, const Timing& t) {
 int main(int argc, char** argv) {
   int iters = 200, group = 128;
   bool int4_only = false;  // skip the bf16 comparisons and act-order (plan sweeps)
+  bool bf16_only = false;  // skip the int4 kernels (the skinny GEMM sweep)
   std::vector<int> ms = {1, 2, 4, 5, 8, 16, 20, 32};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -109,6 +112,8 @@ int main(int argc, char** argv) {
       group = std::atoi(argv[++i]);
     } else if (a == "--int4-only") {
       int4_only = true;
+    } else if (a == "--bf16-only") {
+      bf16_only = true;
     } else if (a == "--m" && i + 1 < argc) {
       ms.clear();
       for (const char* p = argv[++i]; *p != '\0';) {
@@ -124,7 +129,8 @@ int main(int argc, char** argv) {
       }
     } else {
       std::fprintf(stderr,
-                   "usage: bench_int4_gemv [--iters N] [--group G] [--int4-only] [--m 1,5,...]\n");
+                   "usage: bench_int4_gemv [--iters N] [--group G] [--int4-only | --bf16-only] "
+                   "[--m 1,5,...]\n");
       return 2;
     }
   }
@@ -188,7 +194,7 @@ int main(int argc, char** argv) {
     TANDEM_CUDA_CHECK(cudaMalloc(&y, size_t(kernels::kInt4GemvMaxTokens) * s.n * 4));
     const auto* xb = reinterpret_cast<const __nv_bfloat16*>(x);
     for (bool act_order : {false, true}) {
-      if (act_order && int4_only) continue;
+      if ((act_order && int4_only) || bf16_only) continue;
       for (int m : ms) {
         const Timing t = time_launches(iters, [&](int i, cudaStream_t stream) {
           kernels::Int4Matrix w = mats[size_t(i % copies)];
@@ -222,33 +228,47 @@ int main(int argc, char** argv) {
           device_random<uint16_t>(size_t(s.n) * s.k, 300 + c,
                                   [](std::mt19937& r) { return uint16_t(0x3c00 + r() % 0x7f); })));
     }
-    // The GEMV where the runner takes it (1-2 tokens; SwiGLU-fused on gate|up) and cuBLASLt,
-    // which the runner takes from 3 tokens, at 1-8.
+    // The GEMV where the runner takes it (1-2 tokens; SwiGLU-fused on gate|up), cuBLASLt at 1-16
+    // (on gate|up also with the silu_mul launch the unfused path adds), and each skinny GEMM
+    // variant at 2-16 tokens as far as it goes (SwiGLU-fused on gate|up).
     const bool gate_up = std::string(s.name) == "gate_up_proj";
-    for (const char* form : {"bf16_gemv", "bf16_cublaslt", "bf16_gemv_swiglu"}) {
+    const int skinny = kernels::skinny_variants();
+    for (const char* form : {"bf16_gemv", "bf16_cublaslt", "bf16_gemv_swiglu",
+                             "bf16_cublaslt_silu_mul", "bf16_skinny"}) {
       const std::string f = form;
-      if (f == "bf16_gemv_swiglu" && !gate_up) continue;
-      const int max_m =
-          f == "bf16_cublaslt" ? kernels::kInt4GemvMaxTokens : kernels::kGemvMaxTokens;
-      for (int m = 1; m <= max_m; ++m) {
-        const Timing t = time_launches(iters, [&](int i, cudaStream_t stream) {
-          const __nv_bfloat16* wi = ws[size_t(i % bf16_copies)];
-          auto* yb = reinterpret_cast<__nv_bfloat16*>(y);
-          if (f == "bf16_gemv") {
-            kernels::launch_gemv(xb, wi, m, s.n, s.k, y, false, stream);
-          } else if (f == "bf16_cublaslt") {
-            gemm.run(xb, wi, m, s.n, s.k, y, false, stream);
-          } else {
-            kernels::launch_gemv_swiglu(xb, wi, m, s.n / 2, s.k, yb, stream);
-          }
-        });
-        print({{"kernel", form},
-               {"shape", s.name},
-               {"n", s.n},
-               {"k", s.k},
-               {"m", m},
-               {"copies", bf16_copies}},
-              bf16_bytes, t);
+      if ((f == "bf16_gemv_swiglu" || f == "bf16_cublaslt_silu_mul") && !gate_up) continue;
+      const bool gemv = f == "bf16_gemv" || f == "bf16_gemv_swiglu";
+      const bool sk = f == "bf16_skinny";
+      for (int variant = 0; variant < (sk ? skinny : 1); ++variant) {
+        const int max_m = gemv ? kernels::kGemvMaxTokens
+                          : sk ? kernels::skinny_variant_tokens(variant)
+                               : kernels::kSkinnyMaxTokens;
+        for (int m = sk ? 2 : 1; m <= max_m; ++m) {
+          if (sk && m > 3 && m != 5 && m != 8 && m != 9 && m != 12 && m != 16) continue;
+          const Timing t = time_launches(iters, [&](int i, cudaStream_t stream) {
+            const __nv_bfloat16* wi = ws[size_t(i % bf16_copies)];
+            auto* yb = reinterpret_cast<__nv_bfloat16*>(y);
+            auto* act = yb + size_t(kernels::kSkinnyMaxTokens) * s.n;  // past the gate|up rows
+            if (f == "bf16_gemv") {
+              kernels::launch_gemv(xb, wi, m, s.n, s.k, y, false, stream);
+            } else if (f == "bf16_cublaslt") {
+              gemm.run(xb, wi, m, s.n, s.k, y, false, stream);
+            } else if (f == "bf16_gemv_swiglu") {
+              kernels::launch_gemv_swiglu(xb, wi, m, s.n / 2, s.k, yb, stream);
+            } else if (f == "bf16_cublaslt_silu_mul") {
+              gemm.run(xb, wi, m, s.n, s.k, y, false, stream);
+              kernels::launch_silu_mul(yb, m, s.n / 2, act, stream);
+            } else if (gate_up) {
+              kernels::launch_skinny_swiglu(xb, wi, m, s.n / 2, s.k, yb, stream, variant);
+            } else {
+              kernels::launch_skinny_gemm(xb, wi, m, s.n, s.k, y, false, stream, 0, variant);
+            }
+          });
+          nlohmann::json j = {{"kernel", form}, {"shape", s.name}, {"n", s.n},
+                              {"k", s.k},       {"m", m},          {"copies", bf16_copies}};
+          if (sk) j["variant"] = kernels::skinny_variant_name(variant);
+          print(j, bf16_bytes, t);
+        }
       }
     }
     for (auto* p : ws) TANDEM_CUDA_CHECK(cudaFree(p));

@@ -7,6 +7,7 @@
 #include "kernels/argmax.cuh"
 #include "kernels/embedding.cuh"
 #include "kernels/gemm.cuh"
+#include "kernels/gemm_skinny.cuh"
 #include "kernels/gemv.cuh"
 #include "kernels/rmsnorm.cuh"
 #include "kernels/silu_mul.cuh"
@@ -30,10 +31,16 @@ std::vector<double> ref_matmul(const std::vector<float>& x, const std::vector<fl
 
 }  // namespace
 
-TEST_CASE("gemv and cuBLASLt GEMM match fp64 on awkward shapes, bf16 and fp32 outputs") {
-  enum Path { kGemv, kGemm };
+TEST_CASE(
+    "gemv, skinny GEMM (every variant) and cuBLASLt GEMM match fp64 on awkward shapes, bf16 and "
+    "fp32 outputs") {
+  // kSkinny + v: skinny variant v. k = 72 and 264 end inside a chunk; n = 100 and 1027 inside a
+  // block's rows.
+  enum Path { kGemv, kGemm, kSkinny };
   kernels::GemmContext ctx;
-  for (int m : {1, 2, 3, 8, 17, 64}) {
+  std::vector<int> paths = {kGemv, kGemm};
+  for (int v = 0; v < kernels::skinny_variants(); ++v) paths.push_back(kSkinny + v);
+  for (int m : {1, 2, 3, 5, 8, 9, 16, 17, 64}) {
     for (auto [n, k] :
          {std::pair{100, 264}, std::pair{1027, 72}, std::pair{64, 4096}, std::pair{3000, 3584}}) {
       CAPTURE(m);
@@ -44,8 +51,9 @@ TEST_CASE("gemv and cuBLASLt GEMM match fp64 on awkward shapes, bf16 and fp32 ou
       const auto ref = ref_matmul(to_f32(xb), to_f32(wb), m, n, k);
       Dev<__nv_bfloat16> x(xb), w(wb);
       for (bool out_f32 : {true, false}) {
-        for (Path path : {kGemv, kGemm}) {
+        for (int path : paths) {
           if (path == kGemv && m > kernels::kGemvMaxTokens) continue;
+          if (path >= kSkinny && m > kernels::skinny_variant_tokens(path - kSkinny)) continue;
           // The GEMVs write with a row stride wider than n: the columns past n must stay
           // untouched. (cuBLASLt is given the stride the runner gives it, n.)
           const int ldy = path == kGemm ? n : n + 5;
@@ -57,6 +65,9 @@ TEST_CASE("gemv and cuBLASLt GEMM match fp64 on awkward shapes, bf16 and fp32 ou
             void* y = out_f32 ? static_cast<void*>(y32.p) : static_cast<void*>(y16.p);
             if (path == kGemv) {
               kernels::launch_gemv(x.p, w.p, m, n, k, y, out_f32, nullptr, ldy);
+            } else if (path >= kSkinny) {
+              kernels::launch_skinny_gemm(x.p, w.p, m, n, k, y, out_f32, nullptr, ldy,
+                                          path - kSkinny);
             } else {
               ctx.run(x.p, w.p, m, n, k, y, out_f32, nullptr, ldy);
             }
@@ -77,7 +88,7 @@ TEST_CASE("gemv and cuBLASLt GEMM match fp64 on awkward shapes, bf16 and fp32 ou
           }
           const double err = rel_error(out, ref);
           CAPTURE(out_f32);
-          CAPTURE(int(path));
+          CAPTURE(path);
           CHECK(err < (out_f32 ? 1e-5 : 8e-3));
           CHECK(pad_kept);
           const auto again = run();
@@ -109,6 +120,34 @@ TEST_CASE("gemv_swiglu equals gemv then silu_mul bit for bit") {
       int nonzero = 0;
       for (uint16_t v : b) nonzero += std::isfinite(bf16_to_f32(v)) && bf16_to_f32(v) != 0.0f;
       CHECK(nonzero > int(b.size()) / 2);
+    }
+  }
+}
+
+TEST_CASE("skinny_swiglu equals skinny_gemm then silu_mul bit for bit, every variant") {
+  for (int v = 0; v < kernels::skinny_variants(); ++v) {
+    for (int m : {1, 3, 5, 8, 9, 16}) {
+      if (m > kernels::skinny_variant_tokens(v)) continue;
+      for (auto [width, k] : {std::pair{40, 264}, std::pair{1001, 72}, std::pair{4736, 3584}}) {
+        CAPTURE(v);
+        CAPTURE(m);
+        CAPTURE(width);
+        CAPTURE(k);
+        auto xb = random_bf16(size_t(m) * k, 7u + m, 1.0f);
+        auto wb = random_bf16(size_t(2 * width) * k, 13u + width, 0.1f);
+        Dev<__nv_bfloat16> x(xb), w(wb), gate_up(size_t(m) * 2 * width);
+        Dev<__nv_bfloat16> unfused(size_t(m) * width), fused(size_t(m) * width);
+        unfused.poison();
+        fused.poison();
+        kernels::launch_skinny_gemm(x.p, w.p, m, 2 * width, k, gate_up.p, false, nullptr, 0, v);
+        kernels::launch_silu_mul(gate_up.p, m, width, unfused.p, nullptr);
+        kernels::launch_skinny_swiglu(x.p, w.p, m, width, k, fused.p, nullptr, v);
+        const auto a = unfused.get<uint16_t>(), b = fused.get<uint16_t>();
+        CHECK(same_bits(a.data(), b.data(), a.size() * 2));
+        int nonzero = 0;
+        for (uint16_t u : b) nonzero += std::isfinite(bf16_to_f32(u)) && bf16_to_f32(u) != 0.0f;
+        CHECK(nonzero > int(b.size()) / 2);
+      }
     }
   }
 }

@@ -10,6 +10,7 @@
 #include "kernels/cuda_check.cuh"
 #include "kernels/decode_attention.cuh"
 #include "kernels/embedding.cuh"
+#include "kernels/gemm_skinny.cuh"
 #include "kernels/gemv.cuh"
 #include "kernels/paged_attention.cuh"
 #include "kernels/prefill_attention.cuh"
@@ -475,10 +476,15 @@ void CudaRunner::run_model(int32_t T, int32_t L) {
     }
     linear(attn_.as<__nv_bfloat16>(), w.o, T, delta);
     const bool gate_up_fp8 = add_rmsnorm(delta, post_normed.weight, T, w.gate_up);
-    // Fused: measured 4.55 vs 4.59 ms a 7B step (H200, NOTES.md v8), and the same bits.
-    if (T <= kernels::kGemvMaxTokens && w.gate_up.bf16() != nullptr) {
+    // The SwiGLU fused into the projection: the GEMV for one token (4.55 vs 4.59 ms a 7B step,
+    // NOTES.md v8), the skinny GEMM for 2-16 (7B gate|up 62.8-68.5 us against 75 for cuBLASLt
+    // and silu_mul, v15); each the same bits as its unfused pair.
+    if (T < kernels::kSkinnyMinTokens && w.gate_up.bf16() != nullptr) {
       kernels::launch_gemv_swiglu(normed, w.gate_up.bf16(), T, I, H, act_.as<__nv_bfloat16>(),
                                   stream_);
+    } else if (T <= kernels::kSkinnyMaxTokens && w.gate_up.bf16() != nullptr) {
+      kernels::launch_skinny_swiglu(normed, w.gate_up.bf16(), T, I, H, act_.as<__nv_bfloat16>(),
+                                    stream_);
     } else {
       linear_after_norm(normed, w.gate_up, T, gate_up_.ptr(), gate_up_fp8);
       kernels::launch_silu_mul(gate_up_.as<__nv_bfloat16>(), T, I, act_.as<__nv_bfloat16>(),
