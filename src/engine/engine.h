@@ -47,7 +47,7 @@ struct EngineOptions {
   std::string scheduling_policy = "fcfs";
   // Speculative decoding (with draft_dir).
   bool spec = true;             // --spec on|off
-  int32_t draft_max = 4;        // --draft-max: most tokens proposed per step
+  int32_t draft_max = 8;        // --draft-max: most tokens proposed per step
   int32_t draft_min = 1;        // --draft-min: fewest, when speculating at all
   int32_t spec_max_batch = 32;  // --spec-max-batch: no speculation above this batch
 };

@@ -25,7 +25,7 @@
 namespace tandem {
 
 struct SpecConfig {
-  int32_t draft_max = 4;   // --draft-max
+  int32_t draft_max = 8;   // --draft-max
   int32_t draft_min = 1;   // --draft-min (when speculating at all)
   bool enabled = true;     // --spec off
   int32_t max_batch = 32;  // above this many running sequences, verify is compute-bound: no spec
