@@ -97,17 +97,22 @@ std::vector<std::vector<int32_t>> outputs(const Batch& b) {
 }
 
 // Plain decoding, one token per sequence per step. Returns the median step time.
+// One plain decode step of `seqs` (one pending token each), as the engines run it.
+void plain_step(ModelRunner& target, std::span<Sequence* const> seqs) {
+  std::vector<ScheduledSeq> sched;
+  for (Sequence* seq : seqs) sched.push_back({seq, 1});
+  StepBatch sb = build_step_batch(sched, &Sequence::pages, Clock::now());
+  target.forward(sb.view());
+  const std::vector<int32_t> next = sample_step(target, sb);
+  commit_step(sched, &Sequence::pages);
+  for (size_t i = 0; i < sb.sampling.size(); ++i) sb.sampling[i]->tokens.push_back(next[i]);
+}
+
 double run_plain(ModelRunner& target, Batch& b, const SpecBenchOptions& o) {
   std::vector<double> steps;
-  std::vector<ScheduledSeq> sched;
-  for (Sequence* seq : b.ptrs) sched.push_back({seq, 1});
   for (int32_t step = 0; step + 1 < o.output_len; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
-    StepBatch sb = build_step_batch(sched, &Sequence::pages, Clock::now());
-    target.forward(sb.view());
-    const std::vector<int32_t> next = sample_step(target, sb);
-    commit_step(sched, &Sequence::pages);
-    for (size_t i = 0; i < sb.sampling.size(); ++i) sb.sampling[i]->tokens.push_back(next[i]);
+    plain_step(target, b.ptrs);
     if (step >= 2) steps.push_back(ms_since(t0));  // two warm-up steps
   }
   return median(steps);
@@ -135,6 +140,17 @@ SpecRun run_spec(ModelRunner& target, ModelRunner& draft, PagePool& target_pool,
       accepted.push_back(seq->spec.accepted);
     }
     const auto t0 = std::chrono::steady_clock::now();
+    if (!spec.wants_step(active)) {  // nothing to propose: the engines' plain step
+      plain_step(target, active);
+      const double ms = ms_since(t0);
+      if (step == 0) continue;
+      run.plain_steps++;
+      verify_ms += ms;
+      total_ms += ms;
+      tokens += int64_t(active.size());
+      run.steps++;
+      continue;
+    }
     const std::vector<std::vector<int32_t>> emitted = spec.step(active, target_pool, page);
     int64_t step_tokens = 0;
     for (size_t i = 0; i < active.size(); ++i) {

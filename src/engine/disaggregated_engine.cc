@@ -496,6 +496,12 @@ bool DisaggregatedEngine::decode_step() {
       plain.push_back(s);
     }
   }
+  // Nothing to propose (speculation off, a batch above --spec-max-batch): the plain step runs them.
+  if (!speculating.empty() && !spec_->wants_step(speculating)) {
+    plain.clear();
+    for (const ScheduledSeq& s : plan.batch) plain.push_back(s);
+    speculating.clear();
+  }
   if (!speculating.empty()) run_speculative(speculating);
   if (!plain.empty()) {
     const int64_t t0 = trace_now_ns();

@@ -191,6 +191,12 @@ bool LocalEngine::step() {
       plain.push_back(s);
     }
   }
+  // Nothing to propose (speculation off, a batch above --spec-max-batch): the plain step runs them.
+  if (!speculating.empty() && !spec_->wants_step(speculating)) {
+    plain.clear();
+    for (const ScheduledSeq& s : plan.batch) plain.push_back(s);
+    speculating.clear();
+  }
   if (!plain.empty()) {
     const int64_t t0 = trace_now_ns();
     StepBatch batch = build_step_batch(plain, &Sequence::pages, Clock::now());

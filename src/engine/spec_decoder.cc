@@ -127,6 +127,14 @@ void SpecDecoder::release(Sequence& seq) {
   seq.draft_computed = 0;
 }
 
+bool SpecDecoder::wants_step(std::span<Sequence* const> seqs) const {
+  const SpecConfig& c = policy_.config();
+  if (!c.enabled || c.draft_max < 1) return false;  // every step plain: one path throughout
+  if (int64_t(seqs.size()) <= int64_t(c.max_batch)) return true;
+  return std::any_of(seqs.begin(), seqs.end(),
+                     [](const Sequence* s) { return DraftLengthPolicy::reproducible(*s); });
+}
+
 std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> seqs,
                                                     PagePool& target_pool, int32_t page_size) {
   const size_t n = seqs.size();

@@ -101,6 +101,14 @@ class SpecDecoder {
   SpecDecoder(ModelRunner& target, ModelRunner& draft, PagePool& draft_pool, SpecConfig config,
               int32_t valid_vocab);
 
+  // Whether a step of these decoding sequences should take step() at all. Not when nothing can
+  // be proposed (speculation off, or more sequences than SpecConfig::max_batch): the engine's
+  // plain decode step then runs them, the same path and cost as without a draft, and the draft
+  // catches up on the skipped tokens in chunks once a step speculates again. A batch above
+  // max_batch holding a reproducible() sequence still takes step() (k = 0): a seeded sequence's
+  // tokens must not depend on the batch size through the path that sampled them.
+  bool wants_step(std::span<Sequence* const> seqs) const;
+
   // One speculative step for `seqs`, each with exactly one pending target token and target
   // pages reserved for it. Grows target pages for the proposals where the pool allows (else
   // that sequence proposes fewer). Returns the tokens each sequence emits, 1..k+1 each; the

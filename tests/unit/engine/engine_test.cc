@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <utility>
 
 #include "engine/disaggregated_engine.h"
@@ -234,6 +235,36 @@ TEST_CASE("speculative decoding never changes greedy tokens, for every k and a m
       }
       check_pages_free(*engine);
     }
+  }
+}
+
+TEST_CASE("above --spec-max-batch the plain decode step runs: no verify pass, the same tokens") {
+  // The target as its own draft: any speculative step would propose (and accept). Four requests
+  // decode together throughout (equal prompts' lengths and outputs).
+  const std::vector<int> lens = {9, 9, 9, 9};
+  const int max_tokens = 10;
+  const auto want = reference(lens, max_tokens);
+  for (int max_batch : {3, 4}) {
+    CAPTURE(max_batch);
+    EngineOptions o;
+    o.draft_dir = tiny_model();
+    o.draft_max = 4;
+    o.spec_max_batch = max_batch;
+    auto engine = make_engine(o);
+    const auto [proposed, accepted] = run_greedy_spec(*engine, lens, max_tokens, want);
+    // A verify pass leaves a spec_verify span in each of its requests' traces.
+    const nlohmann::json trace = nlohmann::json::parse(engine->trace_json(std::nullopt, 0));
+    int verify_spans = 0;
+    for (const auto& e : trace["traceEvents"]) verify_spans += e.value("name", "") == "spec_verify";
+    if (max_batch < int(lens.size())) {
+      CHECK(proposed == 0);
+      CHECK(verify_spans == 0);
+    } else {
+      CHECK(proposed > 0);
+      CHECK(accepted == proposed);
+      CHECK(verify_spans > 0);
+    }
+    check_pages_free(*engine);
   }
 }
 
