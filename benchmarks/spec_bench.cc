@@ -91,9 +91,8 @@ std::vector<std::vector<int32_t>> outputs(const Batch& b) {
 }
 
 // Plain decoding, one token per sequence per step. Returns the mean step time after two warm-up
-// steps: the same statistic as the speculative runs' (their time over their steps), so that a
-// batch the policy leaves plain, which runs this very step, measures 1.00x. (The median, used
-// until session 20, sat 2% under the mean at batch 64 and made such a batch look 0.98x.)
+// steps: the same statistic as the speculative runs' (their time over their steps; the median
+// until session 20). A batch the policy leaves plain runs this very step (plain_step).
 // One plain decode step of `seqs` (one pending token each), as the engines run it.
 void plain_step(ModelRunner& target, std::span<Sequence* const> seqs) {
   std::vector<ScheduledSeq> sched;
