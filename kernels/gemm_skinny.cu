@@ -206,9 +206,10 @@ Variant make_variant(const char* name) {
 }
 
 // name: chunk features / ring stages / warps per block / 16-row tiles per block / 8-token
-// tiles. The first of each token count is the default: fastest or within 2% of it on every
-// Qwen2.5-7B Linear at 3-8 tokens (H200 sweep, NOTES.md v15), e.g. gate|up 61.9-63.9 us at 3-8
-// tokens against 70.2-70.9 for cuBLASLt and silu_mul, down 33.1-33.3 against 38.1-38.7.
+// tiles. Variant 0 serves up to 8 tokens: fastest or within 2% of it on every Qwen2.5-7B Linear
+// at 3-8 tokens (H200 sweep, NOTES.md v15), e.g. gate|up 61.9-63.9 us against 70.2-70.9 for
+// cuBLASLt and silu_mul, down 33.1-33.3 against 38.1-38.7. pick() chooses for 9-16 tokens; the
+// others stay for bench_int4_gemv's sweep.
 const Variant* variants() {
   static const Variant all[] = {
       make_variant<128, 3, 4, 1, 1>("c128-s3-w4-t1-n1"),
