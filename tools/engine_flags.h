@@ -36,10 +36,13 @@ inline void add_engine_flags(CLI::App* cmd, EngineFlags& f) {
   cmd->add_option("--scheduling-policy", f.options.scheduling_policy,
                   "Admission order and preemption victims: fcfs");
   cmd->add_option("--threads", f.options.threads, "CPU runner threads (0 = all cores)");
-  cmd->add_option("--draft-max", f.options.draft_max, "Most draft tokens per speculative step");
-  cmd->add_option("--draft-min", f.options.draft_min, "Fewest draft tokens when speculating");
+  cmd->add_option("--draft-max", f.options.draft_max, "Most draft tokens per speculative step")
+      ->capture_default_str();
+  cmd->add_option("--draft-min", f.options.draft_min, "Fewest draft tokens when speculating")
+      ->capture_default_str();
   cmd->add_option("--spec-max-batch", f.options.spec_max_batch,
-                  "No speculation when more sequences than this run");
+                  "No speculation when more sequences than this run (their plain step runs)")
+      ->capture_default_str();
   cmd->add_option_function<std::string>(
          "--spec", [&f](const std::string& v) { f.options.spec = v == "on"; },
          "on|off: speculative decoding with --draft")
