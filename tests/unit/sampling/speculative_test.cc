@@ -116,6 +116,32 @@ TEST_CASE("sampled acceptance: a draft the target gives zero probability is alwa
   }
 }
 
+TEST_CASE("the default residual's fused draw picks the tokens of the generic path") {
+  // accept_sampled fuses residual_distribution with its draw (no normalising pass); an injected
+  // residual takes the generic path: residual into a row, then sample_from_probs. The same draws
+  // must give the same tokens (the fused draw scans unnormalised mass against u · total).
+  const auto generic = [](std::span<const float> t, std::span<const float> d, std::span<float> o) {
+    residual_distribution(t, d, o);
+  };
+  const std::vector<float> draft_probs = rows({&kDraft, &kDraft});
+  const std::vector<float> target_probs = rows({&kTarget, &kTarget1, &kTarget});
+  int rejections = 0;
+  for (int s = 0; s < 4000; ++s) {
+    SamplingRng draft_rng{uint64_t(s) + 7000000, 0};
+    const std::vector<int32_t> drafts = {sample_from_probs(kDraft, draft_rng.next_uniform()),
+                                         sample_from_probs(kDraft, draft_rng.next_uniform())};
+    SamplingRng a{uint64_t(s), 0}, b{uint64_t(s), 0};
+    const SpeculativeResult fused = accept_sampled(drafts, draft_probs, target_probs, kVocab, a);
+    const SpeculativeResult plain =
+        accept_sampled(drafts, draft_probs, target_probs, kVocab, b, +generic);
+    CAPTURE(s);
+    REQUIRE(fused.tokens == plain.tokens);
+    REQUIRE(a.counter == b.counter);
+    rejections += fused.num_accepted < 2;
+  }
+  CHECK(rejections > 1000);  // the residual path really ran
+}
+
 TEST_CASE("residual_distribution is normalize(max(0, p_t - p_d))") {
   std::vector<float> out(kVocab);
   residual_distribution(kTarget, kDraft, out);
