@@ -240,29 +240,42 @@ TEST_CASE("speculative decoding never changes greedy tokens, for every k and a m
 
 TEST_CASE("above --spec-max-batch the plain decode step runs: no verify pass, the same tokens") {
   // The target as its own draft: any speculative step would propose (and accept). Four requests
-  // decode together throughout (equal prompts' lengths and outputs).
+  // of equal lengths. One stage: they decode together throughout, so a limit of 3 keeps every
+  // step plain and 4 lets them speculate. Two stages: requests reach the decode stage one by one,
+  // so only a limit of 0 keeps every step plain there.
+  struct Case {
+    const char* prefill;
+    const char* decode;
+    int max_batch;
+    bool speculates;
+  };
   const std::vector<int> lens = {9, 9, 9, 9};
   const int max_tokens = 10;
   const auto want = reference(lens, max_tokens);
-  for (int max_batch : {3, 4}) {
-    CAPTURE(max_batch);
+  for (const Case& c : {Case{"cpu", "cpu", 3, false}, Case{"cpu", "cpu", 4, true},
+                        Case{"cpu:0", "cpu:1", 0, false}, Case{"cpu:0", "cpu:1", 4, true}}) {
+    const std::string decode = c.decode;
+    CAPTURE(decode);
+    CAPTURE(c.max_batch);
     EngineOptions o;
     o.draft_dir = tiny_model();
     o.draft_max = 4;
-    o.spec_max_batch = max_batch;
+    o.spec_max_batch = c.max_batch;
+    o.prefill_device = c.prefill;
+    o.decode_device = c.decode;
     auto engine = make_engine(o);
     const auto [proposed, accepted] = run_greedy_spec(*engine, lens, max_tokens, want);
     // A verify pass leaves a spec_verify span in each of its requests' traces.
     const nlohmann::json trace = nlohmann::json::parse(engine->trace_json(std::nullopt, 0));
     int verify_spans = 0;
     for (const auto& e : trace["traceEvents"]) verify_spans += e.value("name", "") == "spec_verify";
-    if (max_batch < int(lens.size())) {
-      CHECK(proposed == 0);
-      CHECK(verify_spans == 0);
-    } else {
+    if (c.speculates) {
       CHECK(proposed > 0);
       CHECK(accepted == proposed);
       CHECK(verify_spans > 0);
+    } else {
+      CHECK(proposed == 0);
+      CHECK(verify_spans == 0);
     }
     check_pages_free(*engine);
   }
