@@ -20,8 +20,8 @@
 #include "kernels/silu_mul.cuh"
 #include "model/model_dir.h"
 #include "runner/cpu/load_time_fp8.h"
+#include "runner/cpu/rope.h"
 #include "runner/cpu/thread_pool.h"
-#include "runner/cuda/rope_frequencies.h"
 
 namespace tandem {
 namespace {
