@@ -49,7 +49,10 @@ struct SpecRun {
 
 struct SpecBatchResult {
   int32_t batch_size = 0;
-  double plain_step_ms = 0;  // median decode step of the batch without speculation
+  double plain_step_ms = 0;  // mean decode step of the batch without speculation (the baseline)
+  // The same, timed again after the speculative runs: the baseline runs first, and a drift
+  // between the two (clocks, the allocator) shows here instead of in the speed-ups.
+  double plain_after_step_ms = 0;
   double plain_tok_per_s = 0;
   std::vector<SpecRun> runs;
 };

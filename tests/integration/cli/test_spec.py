@@ -72,6 +72,7 @@ class BenchSpecTest(unittest.TestCase):
         for b in r["results"]:
             self.assertGreater(b["plain"]["tok_per_s"], 0)
             self.assertGreater(b["plain"]["step_ms"], 0)
+            self.assertGreater(b["plain"]["step_ms_after"], 0)  # timed again after the runs
             modes = [(s["mode"], s["k"]) for s in b["spec"]]
             self.assertEqual(modes, [("fixed", 1), ("fixed", 2), ("fixed", 4), ("adaptive", 4)])
             for s in b["spec"]:
@@ -88,6 +89,19 @@ class BenchSpecTest(unittest.TestCase):
                     self.assertGreater(s["draft_step_ms"], 0)
                     self.assertGreater(s["mean_k"], 0.8 * s["k"])
 
+
+    def test_bench_spec_above_the_spec_batch_limit_runs_plain_steps(self):
+        # As the engines do: a batch above --spec-max-batch proposes nothing and takes the
+        # plain step, every step of the adaptive run; fixed k ignores the limit.
+        target = pattern_model("target", 0, seed=1)
+        draft = pattern_model("draft_0.25", 0.25, seed=2)
+        r = bench(target, draft, "--batch-sizes", 3, "--ks", 2, "--output-len", 12,
+                  "--spec-max-batch", 2)
+        runs = {s["mode"]: s for s in r["results"][0]["spec"]}
+        self.assertTrue(runs["adaptive"]["outputs_match"])
+        self.assertEqual(runs["adaptive"]["plain_steps"], runs["adaptive"]["steps"])
+        self.assertEqual(runs["adaptive"]["mean_k"], 0)
+        self.assertGreater(runs["fixed"]["mean_k"], 0)
 
     def test_bench_spec_sampled_runs_the_rejection_rule(self):
         # At a temperature the tokens differ from the plain run's (only the distributions are
