@@ -99,27 +99,48 @@ TEST_CASE(
   }
 }
 
+namespace {
+
+using Bf16 = __nv_bfloat16;
+
+// A fused SwiGLU projection against its unfused pair on random x [m, k], w [2 * width, k]:
+// gemm(x, w, m, n, k, y) writes gate|up [m, n = 2 * width], then launch_silu_mul;
+// fused(x, w, m, width, k, out) writes [m, width] at once. The outputs must be the same bits,
+// and not vacuously so (finite, mostly nonzero).
+template <typename Gemm, typename Fused>
+void check_fused_swiglu(int m, int width, int k, Gemm gemm, Fused fused) {
+  CAPTURE(m);
+  CAPTURE(width);
+  CAPTURE(k);
+  auto xb = random_bf16(size_t(m) * k, 7u + m, 1.0f);
+  auto wb = random_bf16(size_t(2 * width) * k, 13u + width, 0.1f);
+  Dev<Bf16> x(xb), w(wb), gate_up(size_t(m) * 2 * width);
+  Dev<Bf16> unfused_out(size_t(m) * width), fused_out(size_t(m) * width);
+  unfused_out.poison();
+  fused_out.poison();
+  gemm(x.p, w.p, m, 2 * width, k, gate_up.p);
+  kernels::launch_silu_mul(gate_up.p, m, width, unfused_out.p, nullptr);
+  fused(x.p, w.p, m, width, k, fused_out.p);
+  const auto a = unfused_out.get<uint16_t>(), b = fused_out.get<uint16_t>();
+  CHECK(same_bits(a.data(), b.data(), a.size() * 2));
+  int nonzero = 0;
+  for (uint16_t v : b) nonzero += std::isfinite(bf16_to_f32(v)) && bf16_to_f32(v) != 0.0f;
+  CHECK(nonzero > int(b.size()) / 2);
+}
+
+}  // namespace
+
 TEST_CASE("gemv_swiglu equals gemv then silu_mul bit for bit") {
   for (int m : {1, 2}) {
     for (auto [width, k] : {std::pair{40, 264}, std::pair{1000, 72}, std::pair{4736, 3584}}) {
-      CAPTURE(m);
-      CAPTURE(width);
-      CAPTURE(k);
-      auto xb = random_bf16(size_t(m) * k, 7u + m, 1.0f);
-      auto wb = random_bf16(size_t(2 * width) * k, 13u + width, 0.1f);
-      Dev<__nv_bfloat16> x(xb), w(wb), gate_up(size_t(m) * 2 * width);
-      Dev<__nv_bfloat16> unfused(size_t(m) * width), fused(size_t(m) * width);
-      unfused.poison();
-      fused.poison();
-      kernels::launch_gemv(x.p, w.p, m, 2 * width, k, gate_up.p, false, nullptr);
-      kernels::launch_silu_mul(gate_up.p, m, width, unfused.p, nullptr);
-      kernels::launch_gemv_swiglu(x.p, w.p, m, width, k, fused.p, nullptr);
-      const auto a = unfused.get<uint16_t>(), b = fused.get<uint16_t>();
-      CHECK(same_bits(a.data(), b.data(), a.size() * 2));
-      // Not vacuous: the outputs are finite and not all zero.
-      int nonzero = 0;
-      for (uint16_t v : b) nonzero += std::isfinite(bf16_to_f32(v)) && bf16_to_f32(v) != 0.0f;
-      CHECK(nonzero > int(b.size()) / 2);
+      check_fused_swiglu(
+          m, width, k,
+          [](const Bf16* x, const Bf16* w, int m_, int n, int k_, Bf16* y) {
+            kernels::launch_gemv(x, w, m_, n, k_, y, false, nullptr);
+          },
+          [](const Bf16* x, const Bf16* w, int m_, int width_, int k_, Bf16* out) {
+            kernels::launch_gemv_swiglu(x, w, m_, width_, k_, out, nullptr);
+          });
     }
   }
 }
@@ -130,23 +151,14 @@ TEST_CASE("skinny_swiglu equals skinny_gemm then silu_mul bit for bit, every var
       if (m > kernels::skinny_variant_tokens(v)) continue;
       for (auto [width, k] : {std::pair{40, 264}, std::pair{1001, 72}, std::pair{4736, 3584}}) {
         CAPTURE(v);
-        CAPTURE(m);
-        CAPTURE(width);
-        CAPTURE(k);
-        auto xb = random_bf16(size_t(m) * k, 7u + m, 1.0f);
-        auto wb = random_bf16(size_t(2 * width) * k, 13u + width, 0.1f);
-        Dev<__nv_bfloat16> x(xb), w(wb), gate_up(size_t(m) * 2 * width);
-        Dev<__nv_bfloat16> unfused(size_t(m) * width), fused(size_t(m) * width);
-        unfused.poison();
-        fused.poison();
-        kernels::launch_skinny_gemm(x.p, w.p, m, 2 * width, k, gate_up.p, false, nullptr, 0, v);
-        kernels::launch_silu_mul(gate_up.p, m, width, unfused.p, nullptr);
-        kernels::launch_skinny_swiglu(x.p, w.p, m, width, k, fused.p, nullptr, v);
-        const auto a = unfused.get<uint16_t>(), b = fused.get<uint16_t>();
-        CHECK(same_bits(a.data(), b.data(), a.size() * 2));
-        int nonzero = 0;
-        for (uint16_t u : b) nonzero += std::isfinite(bf16_to_f32(u)) && bf16_to_f32(u) != 0.0f;
-        CHECK(nonzero > int(b.size()) / 2);
+        check_fused_swiglu(
+            m, width, k,
+            [v](const Bf16* x, const Bf16* w, int m_, int n, int k_, Bf16* y) {
+              kernels::launch_skinny_gemm(x, w, m_, n, k_, y, false, nullptr, 0, v);
+            },
+            [v](const Bf16* x, const Bf16* w, int m_, int width_, int k_, Bf16* out) {
+              kernels::launch_skinny_swiglu(x, w, m_, width_, k_, out, nullptr, v);
+            });
       }
     }
   }
