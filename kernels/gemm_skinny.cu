@@ -1,5 +1,8 @@
 #include <cstdio>
 #include <cstdlib>
+#include <mutex>
+#include <set>
+#include <utility>
 
 #include "cuda_check.cuh"
 #include "gemm_skinny.cuh"
@@ -247,15 +250,26 @@ int32_t multiprocessors() {
   return count;
 }
 
+// Above 48 KB of dynamic shared memory a kernel must opt in, per device. Verify passes and
+// prefill chunks are not graph-captured, so each skinny launch would repeat the driver call:
+// it runs once per kernel and device instead.
+void opt_in_smem(const void* kernel, size_t bytes) {
+  static std::mutex mu;
+  static std::set<std::pair<const void*, int>> done;  // (kernel, device)
+  int device = 0;
+  TANDEM_CUDA_CHECK(cudaGetDevice(&device));
+  std::lock_guard lock(mu);
+  if (!done.insert({kernel, device}).second) return;
+  TANDEM_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+}
+
 template <typename Out>
 void launch(void (*kernel)(const __nv_bfloat16*, const __nv_bfloat16*, int32_t, int32_t, int32_t,
                            int32_t, Out*),
             const Variant& v, int32_t blocks, cudaStream_t stream, const __nv_bfloat16* x,
             const __nv_bfloat16* w, int32_t m, int32_t n, int32_t k, int32_t ldy, Out* y) {
-  // Above 48 KB of dynamic shared memory a kernel must opt in. Host-side state, not a stream
-  // operation, so setting it at every launch is cheap and safe inside graph capture.
-  TANDEM_CUDA_CHECK(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(v.smem)));
+  opt_in_smem(reinterpret_cast<const void*>(kernel), v.smem);
   kernel<<<blocks, v.threads, v.smem, stream>>>(x, w, m, n, k, ldy, y);
   TANDEM_CUDA_CHECK_LAUNCH();
 }
