@@ -25,9 +25,9 @@ void check_shapes(std::span<const int32_t> drafts, size_t draft_rows, size_t tar
 // The default residual fused with its draw: one pass writes max(0, p_t - p_d) unnormalised into
 // `scratch` and sums it, a second finds where u · total falls. The same distribution as
 // residual_distribution then sample_from_probs, without their allocation, normalising pass and
-// second sum: on a 152k vocabulary a rejection took ~0.43 ms on the host, about all of a sampled
-// speculative step's acceptance time (2 ms at batch 4 on the H200, NOTES.md v15). -1 when the
-// residual is empty.
+// second sum: on a 152k vocabulary a rejection took 0.29-0.33 ms on the host (0.13 now;
+// benchmarks/spec_accept_bench.cc), most of a sampled step's acceptance time at batch 4 (2 ms
+// on the H200, NOTES.md v15). -1 when the residual is empty.
 int32_t sample_residual(std::span<const float> p_t, std::span<const float> p_d, double u,
                         std::vector<float>& scratch) {
   scratch.resize(p_t.size());
