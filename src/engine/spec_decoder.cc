@@ -13,6 +13,15 @@ namespace tandem {
 
 namespace {
 
+// At least `floats` of `rows` from `runner`, doubling on growth so that a batch growing a
+// sequence at a time reallocates its page-locked rows a few times, not every step.
+void grow_rows(HostFloats& rows, const ModelRunner& runner, size_t floats) {
+  if (rows.size() >= floats) return;
+  const size_t grown = std::max(floats, 2 * rows.size());
+  rows = {};  // the old rows go first: two bursts' worth is never held at once
+  rows = runner.host_floats(grown);
+}
+
 // Expected tokens emitted per step with k drafts at per-token acceptance a:
 // 1 + a + a^2 + ... + a^k (the bonus or correction token always comes).
 double expected_tokens(double a, int32_t k) {
@@ -225,6 +234,7 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
   // catches the draft up on tokens it has not computed (prompt, last bonus token).
   const int32_t max_k = *std::max_element(ks.begin(), ks.end());
   double draft_ms = 0;
+  size_t round_used = 0;  // floats of round_probs_ the widest round used
   for (int32_t r = 0; r < max_k; ++r) {
     std::vector<int32_t> tokens, rows;
     std::vector<SeqSlice> slices;
@@ -270,10 +280,11 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
     // Sampled rows: the draft's processed probabilities and a token drawn from each (on the
     // runner's device), one uniform of draft_rng a row, in row order.
     const size_t sampled_floats = sampled_reqs.size() * size_t(W);
-    if (round_probs_.size() < sampled_floats) round_probs_.resize(sampled_floats);
+    grow_rows(round_probs_, draft_, sampled_floats);
+    round_used = std::max(round_used, sampled_floats);
     std::vector<int32_t> sampled_ids(sampled_reqs.size());
     if (!sampled_reqs.empty()) {
-      draft_.probs(sampled_reqs, W, std::span(round_probs_).first(sampled_floats), sampled_ids);
+      draft_.probs(sampled_reqs, W, round_probs_.first(sampled_floats), sampled_ids);
     }
     draft_ms += now_ms() - t0;
     size_t g = 0, s = 0;
@@ -391,10 +402,8 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
     }
   }
   const size_t target_floats = task_reqs.size() * size_t(W);  // [sampled rows, W]
-  if (target_probs_.size() < target_floats) target_probs_.resize(target_floats);
-  if (!task_reqs.empty()) {
-    target_.probs(task_reqs, W, std::span(target_probs_).first(target_floats), {});
-  }
+  grow_rows(target_probs_, target_, target_floats);
+  if (!task_reqs.empty()) target_.probs(task_reqs, W, target_probs_.first(target_floats), {});
   const double target_ms = now_ms() - t0;
   timing_.verify_end_ns = trace_now_ns();
   if (max_k > 0) policy_.observe_costs(draft_ms / max_k, target_ms);
@@ -435,17 +444,19 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
     result[i] = std::move(accepted.tokens);
   }
   times_ = SpecStepTimes{max_k, draft_ms, target_ms, now_ms() - accept_t0};
-  release_large_rows();
+  release_large_rows(round_used + target_floats);
   return result;
 }
 
-void SpecDecoder::release_large_rows() {
-  size_t bytes = (round_probs_.capacity() + target_probs_.capacity()) * sizeof(float);
+void SpecDecoder::release_large_rows(size_t used_floats) {
+  const size_t held = round_probs_.size() + target_probs_.size();
+  if (held * sizeof(float) > kKeptRowBytes && used_floats * 4 < held) {
+    round_probs_ = {};
+    target_probs_ = {};
+  }
+  size_t bytes = 0;
   for (const std::vector<float>& rows : draft_probs_) bytes += rows.capacity() * sizeof(float);
-  if (bytes <= kKeptRowBytes) return;
-  round_probs_ = {};
-  target_probs_ = {};
-  draft_probs_ = {};
+  if (bytes > kKeptRowBytes) draft_probs_ = {};
 }
 
 void SpecDecoder::run_step(std::span<Sequence* const> seqs, PagePool& target_pool,
