@@ -13,6 +13,15 @@ namespace tandem {
 
 namespace {
 
+// At least `floats` of `rows` from `runner`, doubling on growth so that a batch growing a
+// sequence at a time reallocates its page-locked rows a few times, not every step.
+void grow_rows(HostFloats& rows, const ModelRunner& runner, size_t floats) {
+  if (rows.size() >= floats) return;
+  const size_t grown = std::max(floats, 2 * rows.size());
+  rows = {};  // the old rows go first: two bursts' worth is never held at once
+  rows = runner.host_floats(grown);
+}
+
 // Expected tokens emitted per step with k drafts at per-token acceptance a:
 // 1 + a + a^2 + ... + a^k (the bonus or correction token always comes).
 double expected_tokens(double a, int32_t k) {
@@ -142,9 +151,9 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
   // Per sequence: k, the proposals, and the draft's probabilities for them.
   std::vector<int32_t> ks(n);
   std::vector<std::vector<int32_t>> proposals(n);
-  draft_probs_.resize(n);
-  for (size_t i = 0; i < n; ++i) draft_probs_[i].clear();  // [k, W] when sampling
-  std::vector<std::pair<Sequence*, int64_t>> catchup;      // (sequence, draft tokens to reach)
+  // [seq][k]: where each sampled proposal's draft row lies (in its round's round_probs_).
+  std::vector<std::vector<const float*>> draft_rows(n);
+  std::vector<std::pair<Sequence*, int64_t>> catchup;  // (sequence, draft tokens to reach)
   // Whole-step costs decide whether this batch size speculates at all (SpecGate). A fixed k
   // (benchmarks) always does, and so does a batch holding a seeded sampled sequence: timings
   // must not switch its tokens between plain and speculative steps, so its k is left to the
@@ -225,6 +234,7 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
   // catches the draft up on tokens it has not computed (prompt, last bonus token).
   const int32_t max_k = *std::max_element(ks.begin(), ks.end());
   double draft_ms = 0;
+  size_t round_used = 0;  // floats of round_probs_ all rounds used
   for (int32_t r = 0; r < max_k; ++r) {
     std::vector<int32_t> tokens, rows;
     std::vector<SeqSlice> slices;
@@ -269,11 +279,16 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
     if (!greedy_reqs.empty()) draft_.sample(greedy_reqs, greedy_ids);
     // Sampled rows: the draft's processed probabilities and a token drawn from each (on the
     // runner's device), one uniform of draft_rng a row, in row order.
+    // Each round's rows stay where the runner copied them (round r's own buffer) until the
+    // acceptance reads them: no per-sequence copy of a vocabulary-sized row.
     const size_t sampled_floats = sampled_reqs.size() * size_t(W);
-    if (round_probs_.size() < sampled_floats) round_probs_.resize(sampled_floats);
+    if (round_probs_.size() <= size_t(r)) round_probs_.resize(size_t(r) + 1);
+    HostFloats& round_rows = round_probs_[size_t(r)];
+    grow_rows(round_rows, draft_, sampled_floats);
+    round_used += sampled_floats;
     std::vector<int32_t> sampled_ids(sampled_reqs.size());
     if (!sampled_reqs.empty()) {
-      draft_.probs(sampled_reqs, W, std::span(round_probs_).first(sampled_floats), sampled_ids);
+      draft_.probs(sampled_reqs, W, round_rows.first(sampled_floats), sampled_ids);
     }
     draft_ms += now_ms() - t0;
     size_t g = 0, s = 0;
@@ -283,11 +298,8 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
       if (seq.params.greedy()) {
         token = greedy_ids[g++];
       } else {
-        const float* row = round_probs_.data() + s * size_t(W);
+        draft_rows[who[j]].push_back(round_rows.data() + s * size_t(W));
         token = sampled_ids[s++];
-        std::vector<float>& mine = draft_probs_[who[j]];
-        if (mine.empty()) mine.reserve(size_t(ks[who[j]]) * size_t(W));
-        mine.insert(mine.end(), row, row + W);
       }
       proposals[who[j]].push_back(token);
     }
@@ -391,10 +403,8 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
     }
   }
   const size_t target_floats = task_reqs.size() * size_t(W);  // [sampled rows, W]
-  if (target_probs_.size() < target_floats) target_probs_.resize(target_floats);
-  if (!task_reqs.empty()) {
-    target_.probs(task_reqs, W, std::span(target_probs_).first(target_floats), {});
-  }
+  grow_rows(target_probs_, target_, target_floats);
+  if (!task_reqs.empty()) target_.probs(task_reqs, W, target_probs_.first(target_floats), {});
   const double target_ms = now_ms() - t0;
   timing_.verify_end_ns = trace_now_ns();
   if (max_k > 0) policy_.observe_costs(draft_ms / max_k, target_ms);
@@ -417,7 +427,7 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
         // sample_token's draw over the same probabilities.
         accepted.tokens = {sample_from_probs(probs, seq.rng.next_uniform())};
       } else {
-        accepted = accept_sampled(proposals[i], draft_probs_[i], probs, W, seq.rng);
+        accepted = accept_sampled(proposals[i], draft_rows[i], probs, W, seq.rng);
       }
     }
     if (k > 0) {
@@ -435,17 +445,17 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
     result[i] = std::move(accepted.tokens);
   }
   times_ = SpecStepTimes{max_k, draft_ms, target_ms, now_ms() - accept_t0};
-  release_large_rows();
+  release_large_rows(round_used + target_floats);
   return result;
 }
 
-void SpecDecoder::release_large_rows() {
-  size_t bytes = (round_probs_.capacity() + target_probs_.capacity()) * sizeof(float);
-  for (const std::vector<float>& rows : draft_probs_) bytes += rows.capacity() * sizeof(float);
-  if (bytes <= kKeptRowBytes) return;
-  round_probs_ = {};
-  target_probs_ = {};
-  draft_probs_ = {};
+void SpecDecoder::release_large_rows(size_t used_floats) {
+  size_t held = target_probs_.size();
+  for (const HostFloats& rows : round_probs_) held += rows.size();
+  if (held * sizeof(float) > kKeptRowBytes && used_floats * 4 < held) {
+    round_probs_.clear();
+    target_probs_ = {};
+  }
 }
 
 void SpecDecoder::run_step(std::span<Sequence* const> seqs, PagePool& target_pool,

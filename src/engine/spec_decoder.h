@@ -170,16 +170,19 @@ class SpecDecoder {
   std::mutex* pool_mu_ = nullptr;
   SpecStepTimes times_;
   StepTiming timing_;
-  // Frees the probability rows' storage when it holds more than kKeptRowBytes: a burst of
-  // sampled sequences (a batch of 32 at k = 8 needs ~175 MB over a 152k vocabulary) must not
-  // keep that much host memory after it.
-  void release_large_rows();
+  // Frees the probability rows' storage after a burst of sampled sequences (a batch of 32 at
+  // k = 8 needs ~175 MB over a 152k vocabulary): when they hold more than kKeptRowBytes and the
+  // step used less than a quarter of them (allocating page-locked memory locks every page: not
+  // every step).
+  void release_large_rows(size_t used_floats);
   static constexpr size_t kKeptRowBytes = size_t(64) << 20;
   // Sampled sequences' probability rows, kept between steps so that their vocabulary-sized
-  // storage is allocated (and its pages touched) once, not every step.
-  std::vector<std::vector<float>> draft_probs_;  // [seq][k, W] this step's draft rows
-  std::vector<float> round_probs_;               // [sampled rows of a draft round, W]
-  std::vector<float> target_probs_;              // [sampled verify rows, W]
+  // storage is allocated (and its pages touched) once, not every step. The runners' copies land
+  // in host_floats() memory (page-locked on the CUDA runner: a copy into pageable memory runs
+  // through the driver's staging buffer at a fraction of the bus's rate), and the acceptance
+  // reads them there.
+  std::vector<HostFloats> round_probs_;  // [round][sampled rows of the round, W], the draft's
+  HostFloats target_probs_;              // [sampled verify rows, W], the target's
 };
 
 }  // namespace tandem

@@ -86,6 +86,24 @@ struct MemoryPlan {
   std::vector<std::pair<std::string, int64_t>> weight_bytes_by_format;
 };
 
+// A host array that a runner's copies (probs()) fill at the bus's rate: page-locked memory on the
+// CUDA runner, where a copy into pageable memory goes through the driver's staging buffer at a
+// fraction of it; plain memory on the CPU runner.
+class HostFloats {
+ public:
+  using Free = void (*)(float*);
+  HostFloats() = default;
+  HostFloats(float* data, size_t size, Free free) : data_(data, free), size_(size) {}
+  float* data() const { return data_.get(); }
+  size_t size() const { return size_; }
+  std::span<float> first(size_t n) const { return {data_.get(), n}; }
+
+ private:
+  static void keep(float*) {}
+  std::unique_ptr<float, Free> data_{nullptr, keep};
+  size_t size_ = 0;
+};
+
 class ModelRunner {
  public:
   virtual ~ModelRunner() = default;
@@ -121,6 +139,8 @@ class ModelRunner {
   // copies only these rows; the CPU runner runs the reference functions, rows in parallel.
   virtual void probs(std::span<const SampleRequest> requests, int32_t width, std::span<float> out,
                      std::span<int32_t> draws) = 0;
+  // `size` floats of host memory for probs()' rows (see HostFloats).
+  virtual HostFloats host_floats(size_t size) const;
 
   // The KV storage behind the page ids, for transports between stages. Pages are laid out so
   // that one page of one layer's K (and V) is page_bytes contiguous bytes.

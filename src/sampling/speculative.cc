@@ -95,12 +95,26 @@ SpeculativeResult accept_sampled(std::span<const int32_t> draft_tokens,
                                  std::span<const float> draft_probs,
                                  std::span<const float> target_probs, int32_t vocab,
                                  SamplingRng& rng, ResidualFn residual) {
-  check_shapes(draft_tokens, draft_probs.size(), target_probs.size(), vocab);
+  TANDEM_CHECK(vocab >= 1);
+  TANDEM_CHECK(draft_probs.size() == draft_tokens.size() * size_t(vocab),
+               "draft rows %zu for %zu drafts", draft_probs.size(), draft_tokens.size());
+  std::vector<const float*> rows(draft_tokens.size());
+  for (size_t i = 0; i < rows.size(); ++i) rows[i] = draft_probs.data() + i * size_t(vocab);
+  return accept_sampled(draft_tokens, rows, target_probs, vocab, rng, residual);
+}
+
+SpeculativeResult accept_sampled(std::span<const int32_t> draft_tokens,
+                                 std::span<const float* const> draft_rows,
+                                 std::span<const float> target_probs, int32_t vocab,
+                                 SamplingRng& rng, ResidualFn residual) {
+  TANDEM_CHECK(draft_rows.size() == draft_tokens.size(), "%zu draft rows for %zu drafts",
+               draft_rows.size(), draft_tokens.size());
+  check_shapes(draft_tokens, draft_tokens.size() * size_t(vocab), target_probs.size(), vocab);
   SpeculativeResult r;
   for (size_t i = 0; i < draft_tokens.size(); ++i) {
     const int32_t x = draft_tokens[i];
     const std::span<const float> p_t = row(target_probs, i, vocab);
-    const std::span<const float> p_d = row(draft_probs, i, vocab);
+    const std::span<const float> p_d(draft_rows[i], size_t(vocab));
     const double pt = p_t[size_t(x)];
     const double pd = p_d[size_t(x)];
     // u < p_t / p_d without dividing: also right when p_d(x) == 0 (a draft the draft

@@ -48,5 +48,11 @@ SpeculativeResult accept_sampled(std::span<const int32_t> draft_tokens,
                                  std::span<const float> draft_probs,
                                  std::span<const float> target_probs, int32_t vocab,
                                  SamplingRng& rng, ResidualFn residual = residual_distribution);
+// The same with the draft's rows wherever they lie: draft_rows[i] is row i, `vocab` floats (the
+// speculative decoder keeps each draft round's rows where the runner copied them).
+SpeculativeResult accept_sampled(std::span<const int32_t> draft_tokens,
+                                 std::span<const float* const> draft_rows,
+                                 std::span<const float> target_probs, int32_t vocab,
+                                 SamplingRng& rng, ResidualFn residual = residual_distribution);
 
 }  // namespace tandem

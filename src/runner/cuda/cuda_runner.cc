@@ -616,6 +616,15 @@ void CudaRunner::probs(std::span<const SampleRequest> requests, int32_t width, s
   sampler_.probs(logits_.as<float>(), width, requests, out, draws, stream_);
 }
 
+HostFloats CudaRunner::host_floats(size_t size) const {
+  // Portable: the pages are locked for every context, whichever stage's thread copies into them.
+  void* p = nullptr;
+  if (size > 0) TANDEM_CUDA_CHECK(cudaHostAlloc(&p, size * sizeof(float), cudaHostAllocPortable));
+  return HostFloats(static_cast<float*>(p), size, [](float* q) {
+    if (q != nullptr) cudaFreeHost(q);
+  });
+}
+
 void CudaRunner::copy_logits(std::span<float> out) {
   TANDEM_CUDA_CHECK(cudaSetDevice(device_));
   const size_t n = size_t(num_logits_) * size_t(config_.vocab_size);

@@ -53,6 +53,7 @@ class CudaRunner final : public ModelRunner {
   void copy_logits(std::span<float> out) override;
   void probs(std::span<const SampleRequest> requests, int32_t width, std::span<float> out,
              std::span<int32_t> draws) override;
+  HostFloats host_floats(size_t size) const override;
   KvPoolView kv_pool_view() override;
 
   // Graph replay on or off (benchmarks compare the two; tests run both).
