@@ -244,7 +244,10 @@ int main(int argc, char** argv) {
                           : sk ? kernels::skinny_variant_tokens(variant)
                                : kernels::kSkinnyMaxTokens;
         for (int m = sk ? 2 : 1; m <= max_m; ++m) {
-          if (sk && m > 3 && m != 5 && m != 8 && m != 9 && m != 12 && m != 16) continue;
+          if (sk && m > 3 && m != 5 && m != 8 && m != 9 && m != 16 && m != 17 && m != 24 &&
+              m != 32) {
+            continue;
+          }
           const Timing t = time_launches(iters, [&](int i, cudaStream_t stream) {
             const __nv_bfloat16* wi = ws[size_t(i % bf16_copies)];
             auto* yb = reinterpret_cast<__nv_bfloat16*>(y);

@@ -20,11 +20,13 @@ namespace tandem::kernels {
 
 // 1 token stays on the GEMV, whose fused forms also fold the norm, the residual add and RoPE.
 constexpr int32_t kSkinnyMinTokens = 2;
-constexpr int32_t kSkinnyMaxTokens = 16;  // two mma column tiles
+constexpr int32_t kSkinnyMaxTokens = 32;  // four mma column tiles
 
 // Whether launch_skinny_gemm is measured faster than cuBLASLt for m rows of an [n, k] weight
-// (the SwiGLU form always is, up to kSkinnyMaxTokens).
+// (17-32 rows: only with TANDEM_SKINNY_32=1 until measured).
 bool skinny_gemm_wins(int32_t m, int32_t n, int32_t k);
+// The same for launch_skinny_swiglu against cuBLASLt and silu_mul.
+bool skinny_swiglu_wins(int32_t m);
 
 // Tile and pipeline shapes, for benchmarks/bench_int4_gemv.cc to sweep; -1 picks by m.
 int32_t skinny_variants();

@@ -40,7 +40,7 @@ TEST_CASE(
   kernels::GemmContext ctx;
   std::vector<int> paths = {kGemv, kGemm};
   for (int v = 0; v < kernels::skinny_variants(); ++v) paths.push_back(kSkinny + v);
-  for (int m : {1, 2, 3, 5, 8, 9, 16, 17, 64}) {
+  for (int m : {1, 2, 3, 5, 8, 9, 16, 17, 32, 64}) {
     for (auto [n, k] :
          {std::pair{100, 264}, std::pair{1027, 72}, std::pair{64, 4096}, std::pair{3000, 3584}}) {
       CAPTURE(m);
@@ -147,7 +147,7 @@ TEST_CASE("gemv_swiglu equals gemv then silu_mul bit for bit") {
 
 TEST_CASE("skinny_swiglu equals skinny_gemm then silu_mul bit for bit, every variant") {
   for (int v = 0; v < kernels::skinny_variants(); ++v) {
-    for (int m : {1, 3, 5, 8, 9, 16}) {
+    for (int m : {1, 3, 5, 8, 9, 16, 20, 32}) {
       if (m > kernels::skinny_variant_tokens(v)) continue;
       for (auto [width, k] : {std::pair{40, 264}, std::pair{1001, 72}, std::pair{4736, 3584}}) {
         CAPTURE(v);

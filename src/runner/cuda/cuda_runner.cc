@@ -482,7 +482,7 @@ void CudaRunner::run_model(int32_t T, int32_t L) {
     if (T < kernels::kSkinnyMinTokens && w.gate_up.bf16() != nullptr) {
       kernels::launch_gemv_swiglu(normed, w.gate_up.bf16(), T, I, H, act_.as<__nv_bfloat16>(),
                                   stream_);
-    } else if (T <= kernels::kSkinnyMaxTokens && w.gate_up.bf16() != nullptr) {
+    } else if (kernels::skinny_swiglu_wins(T) && w.gate_up.bf16() != nullptr) {
       kernels::launch_skinny_swiglu(normed, w.gate_up.bf16(), T, I, H, act_.as<__nv_bfloat16>(),
                                     stream_);
     } else {
