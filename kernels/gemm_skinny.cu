@@ -225,33 +225,26 @@ const Variant* variants() {
       make_variant<128, 3, 4, 2, 2>("c128-s3-w4-t2-n2"),
       make_variant<256, 2, 2, 1, 2>("c256-s2-w2-t1-n2"),
       make_variant<64, 6, 4, 1, 2>("c64-s6-w4-t1-n2"),
-      // 17-32 tokens (wip-skinny-32, not yet measured): x grows to [32, chunk] a stage, as large
-      // as the weights' [16, chunk], so two row tiles (t2) halve its share of the traffic.
-      make_variant<128, 2, 4, 1, 4>("c128-s2-w4-t1-n4"),
+      // 17-32 tokens: x grows to [32, chunk] a stage, as large as the weights' [16, chunk].
+      // Swept on the H200 (NOTES.md v16) against c128-s2 forms with one and two row tiles, which
+      // lost on every 7B Linear and were dropped.
       make_variant<64, 4, 4, 1, 4>("c64-s4-w4-t1-n4"),
-      make_variant<128, 2, 4, 2, 4>("c128-s2-w4-t2-n4"),
       make_variant<64, 3, 4, 2, 4>("c64-s3-w4-t2-n4"),
   };
   return all;
 }
-constexpr int32_t kVariants = 14;
+constexpr int32_t kVariants = 12;
 
 // 9-16 tokens (NOTES.md v15): c128-s2-w4-t1-n2 on gate|up (66.8-68.5 us against 75.2 for
 // cuBLASLt and silu_mul; its 64 KB a block let 3 blocks share an SM), c128-s3-w4-t1-n2 elsewhere
-// (down 34.0-35.1 against 39.2-39.5, o 8.2-8.4 against 11.5).
+// (down 34.0-35.1 against 39.2-39.5, o 8.2-8.4 against 11.5). 17-32 tokens (NOTES.md v16):
+// c64-s4-w4-t1-n4 (o 9.2-9.3 us against 11.6-11.8, down 36.7-37.9 against 38.3-39.1); the
+// SwiGLU form there only for a caller that asks (the runner keeps cuBLASLt: 73.0 us with silu_mul
+// at 24 rows against 76.2-79.0 for c64-s3-w4-t2-n4, the fastest skinny form).
 int32_t pick(int32_t m, bool swiglu) {
   if (m <= 8) return 0;
   if (m <= 16) return swiglu ? 6 : 1;
-  return 10;  // placeholder until the sweep has measured the n4 variants
-}
-
-// 17-32 rows only for an A/B until measured (TANDEM_SKINNY_32=1).
-bool wide_enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("TANDEM_SKINNY_32");
-    return v != nullptr && v[0] == '1';
-  }();
-  return on;
+  return swiglu ? 11 : 10;
 }
 
 int32_t multiprocessors() {
@@ -311,15 +304,15 @@ const char* skinny_variant_name(int32_t variant) {
 }
 
 bool skinny_swiglu_wins(int32_t m) {
-  return m >= 1 && (m <= 16 || (m <= 32 && wide_enabled()));
+  return m >= 1 && m <= 16;
 }
 
 bool skinny_gemm_wins(int32_t m, int32_t n, int32_t /*k*/) {
   if (m < 1 || m > kSkinnyMaxTokens) return false;
-  if (m > 16) return wide_enabled();
   if (m <= 8) return true;
-  // c128-s3-w4-t1-n2 fits two blocks an SM: past one wave its tail loses to cuBLASLt (7B q|k|v,
-  // 288 blocks on 132 SMs: 13.7-14.2 us against 10.8).
+  // Above 8 tokens pick()'s variants fit two blocks an SM (64-96 KB each): past one wave their
+  // tail loses to cuBLASLt (7B q|k|v, 288 blocks on 132 SMs: 13.7-14.2 us against 10.8 at 9-16
+  // tokens, 16.3-17.1 against 10.8 at 17-32).
   return (n + 15) / 16 <= 2 * multiprocessors();
 }
 

@@ -23,9 +23,9 @@ constexpr int32_t kSkinnyMinTokens = 2;
 constexpr int32_t kSkinnyMaxTokens = 32;  // four mma column tiles
 
 // Whether launch_skinny_gemm is measured faster than cuBLASLt for m rows of an [n, k] weight
-// (17-32 rows: only with TANDEM_SKINNY_32=1 until measured).
+// (2-8 rows always; 9-32 while its blocks fit one wave).
 bool skinny_gemm_wins(int32_t m, int32_t n, int32_t k);
-// The same for launch_skinny_swiglu against cuBLASLt and silu_mul.
+// The same for launch_skinny_swiglu against cuBLASLt and silu_mul (up to 16 rows).
 bool skinny_swiglu_wins(int32_t m);
 
 // Tile and pipeline shapes, for benchmarks/bench_int4_gemv.cc to sweep; -1 picks by m.
