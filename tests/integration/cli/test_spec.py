@@ -78,6 +78,11 @@ class BenchSpecTest(unittest.TestCase):
             for s in b["spec"]:
                 self.assertTrue(s["outputs_match"], s)
                 self.assertGreater(s["tok_per_s"], 0)
+                # Against the mean of the plain runs before and after: tok/s x that step.
+                bracket_ms = 0.5 * (b["plain"]["step_ms"] + b["plain"]["step_ms_after"])
+                self.assertAlmostEqual(s["speedup_bracketed"],
+                                       s["tok_per_s"] * bracket_ms / (1000 * b["batch_size"]),
+                                       delta=1e-6 * s["speedup_bracketed"])
                 self.assertGreater(s["verify_ms"], 0)
                 self.assertGreaterEqual(s["tokens_per_step"], 1)
                 self.assertLessEqual(s["acceptance_rate"], 1)
