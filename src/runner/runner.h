@@ -61,6 +61,12 @@ struct RunnerOptions {
   // Logit rows one forward may keep; 0 = min(max_batch_tokens, 4 * max_seqs). Speculative
   // verification keeps k + 1 rows per sequence.
   int32_t max_logit_rows = 0;
+  // Probability rows of config().vocab_size ids reserved at construction for speculative
+  // acceptance of sampled sequences (make_prob_rows hands out views of them): on the CUDA runner
+  // they are device memory counted with the activations, before the KV pool takes what is left,
+  // so a burst of sampled speculation cannot run the device out of memory later. 0 = none: a
+  // store is then allocated when asked (benchmarks, tests). The CPU runner allocates on demand.
+  int32_t prob_rows = 0;
   int32_t threads = 0;  // CPU runner: 0 = hardware concurrency
   // Time each forward on the device for traces (CUDA: a pair of events per forward).
   bool device_timing = false;
@@ -76,6 +82,7 @@ struct MemoryPlan {
   int64_t weights_bytes = 0;
   int64_t kv_bytes = 0;
   int64_t activation_bytes = 0;
+  int64_t prob_rows_bytes = 0;  // RunnerOptions::prob_rows reserved (CUDA)
   int64_t workspace_bytes = 0;  // cuBLASLt workspace, split-K scratch, batch metadata
   int64_t graph_bytes = 0;      // captured CUDA graphs
   int64_t device_total_bytes = 0;

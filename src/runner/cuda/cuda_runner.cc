@@ -152,6 +152,9 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig& config
   r->act_ = DeviceBuffer(size_t(T * I * 2));
   r->picked_ = DeviceBuffer(size_t(L * H * 2));
   r->logits_ = DeviceBuffer(size_t(L * config.vocab_size * 4));
+  if (opts.prob_rows > 0) {
+    r->prob_rows_ = DeviceBuffer(size_t(opts.prob_rows) * size_t(config.vocab_size) * 4);
+  }
   r->attn_partials_ =
       DeviceBuffer(size_t(kDecodeSplitRows * config.num_heads * (config.head_dim + 2) * 4));
   TANDEM_CUDA_CHECK(cudaDeviceGetAttribute(&r->num_sms_, cudaDevAttrMultiProcessorCount, device));
@@ -169,7 +172,8 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig& config
   r->device_timing_ = opts.device_timing;
   if (r->device_timing_) r->anchor_ = make_clock_anchor(r->stream_);
   const int64_t free_activations = free_now();
-  r->plan_.activation_bytes = free_weights - free_activations;
+  r->plan_.prob_rows_bytes = int64_t(r->prob_rows_.bytes());
+  r->plan_.activation_bytes = free_weights - free_activations - r->plan_.prob_rows_bytes;
 
   // KV pool: what is asked, or what utilization leaves after everything else.
   const int64_t page_bytes = int64_t(r->page_size_) * config.num_kv_heads * config.head_dim * 2;
@@ -219,10 +223,12 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig& config
   r->plan_.device_free_bytes = free_end;
   std::fprintf(stderr,
                "cuda:%d memory plan: weights %.2f GB, KV %.2f GB (%d pages of %d tokens), "
-               "activations %.2f GB, workspace %.0f MB, free %.2f of %.2f GB\n",
+               "activations %.2f GB, probability rows %.0f MB, workspace %.0f MB, free %.2f of "
+               "%.2f GB\n",
                device, double(r->plan_.weights_bytes) / 1e9, double(r->plan_.kv_bytes) / 1e9,
                r->num_pages_, r->page_size_, double(r->plan_.activation_bytes) / 1e9,
-               double(r->plan_.workspace_bytes) / 1e6, double(free_b) / 1e9, double(total_b) / 1e9);
+               double(r->plan_.prob_rows_bytes) / 1e6, double(r->plan_.workspace_bytes) / 1e6,
+               double(free_b) / 1e9, double(total_b) / 1e9);
   return r;
 }
 
@@ -619,8 +625,13 @@ void CudaRunner::probs(std::span<const SampleRequest> requests, int32_t width, s
 ProbRows CudaRunner::make_prob_rows(int32_t rows, int32_t width) const {
   TANDEM_CHECK(rows >= 0 && width >= 1, "%d probability rows of %d ids", rows, width);
   TANDEM_CUDA_CHECK(cudaSetDevice(device_));
-  void* p = nullptr;
   const size_t bytes = size_t(rows) * size_t(width) * sizeof(float);
+  // Within the reservation: a view, freed with the runner (the spec decoder holds one store of
+  // each runner at a time, so views never alias in use).
+  if (bytes > 0 && bytes <= prob_rows_.bytes()) {
+    return ProbRows(prob_rows_.as<float>(), rows, width, device_, nullptr);
+  }
+  void* p = nullptr;
   if (bytes > 0) TANDEM_CUDA_CHECK(cudaMalloc(&p, bytes));
   return ProbRows(static_cast<float*>(p), rows, width, device_, [](float* q, int32_t device) {
     // Whichever device is current on the freeing thread: cudaFree needs the owner's.

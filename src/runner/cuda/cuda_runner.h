@@ -139,6 +139,7 @@ class CudaRunner final : public ModelRunner {
   DeviceBuffer act_;            // [max_tokens, intermediate] bf16
   DeviceBuffer picked_;         // [max_logits, hidden] bf16
   DeviceBuffer logits_;         // [max_logits, vocab] fp32
+  DeviceBuffer prob_rows_;      // [opts.prob_rows, vocab] fp32: make_prob_rows' views
   DeviceBuffer attn_partials_;  // [kDecodeSplitRows, H, D + 2] fp32: split-K decode states
   DeviceBuffer sample_rows_;    // [max_logits] int32
   DeviceBuffer sampled_;        // [max_logits] int32
