@@ -132,7 +132,8 @@ TEST_CASE("memory breakdown with --kv-pages and a draft on the same GPU") {
         target_rows * (*engine)->model_config().vocab_size * int64_t(sizeof(float)));
   CHECK(part(d, "probability rows (draft") > 0);
   // A sampled request speculates within them: afterwards the breakdown still matches the
-  // driver, so nothing was allocated outside the plan.
+  // driver, so nothing was allocated outside the plan. (Its steps are speculative: no decode
+  // graph is captured, so none is expected.)
   Done done;
   GenerateInput in;
   in.prompt_ids = {1, 2, 3, 4, 5, 6, 7, 8};
@@ -142,5 +143,5 @@ TEST_CASE("memory breakdown with --kv-pages and a draft on the same GPU") {
   in.sampling.ignore_eos = true;
   REQUIRE((*engine)->submit(1, in, &done).ok());
   (*engine)->run_until_idle();
-  check_against_driver(**engine, true);
+  check_against_driver(**engine, false);
 }
