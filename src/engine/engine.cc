@@ -58,7 +58,9 @@ Result<DraftModel> load_draft(const EngineOptions& options, const RunnerOptions&
   d.config.enabled = options.spec;
   d.config.draft_max = options.draft_max;
   d.config.draft_min = options.draft_min;
-  d.config.max_batch = options.spec_max_batch;
+  // No batch holds more than --max-num-seqs sequences: the same limit, and the one the decode
+  // runners' probability rows are reserved for (Engine::create).
+  d.config.max_batch = std::min(options.spec_max_batch, options.max_num_seqs);
   d.config.max_forward_tokens = target_ro.max_batch_tokens;
   return d;
 }
@@ -122,11 +124,19 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
         std::max(4 * options.max_num_seqs,
                  std::min(options.max_num_seqs, options.spec_max_batch) * (options.draft_max + 1));
   }
+  // The decode stage's probability rows for sampled speculation (SpecDecoder): k + 1 a
+  // speculating sequence on the target, at least one a sequence (a seeded batch above
+  // --spec-max-batch speculates with k = 0), and k on the draft.
+  const int32_t spec_seqs = std::min(options.max_num_seqs, options.spec_max_batch);
+  RunnerOptions draft_ro = ro;
+  if (!options.draft_dir.empty() && options.spec) {
+    target_ro.prob_rows = std::max(options.max_num_seqs, spec_seqs * (options.draft_max + 1));
+    draft_ro.prob_rows = spec_seqs * options.draft_max;
+  }
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<ModelRunner> decode_runner,
                           make_runner(model, target_ro));
   std::optional<DraftModel> draft;
   // The draft is quantized (or not) independently of the target.
-  RunnerOptions draft_ro = ro;
   draft_ro.quantization = options.draft_quantization;
   if (!options.draft_dir.empty()) {
     TANDEM_ASSIGN_OR_RETURN(DraftModel d, load_draft(options, draft_ro, tokenizer));
@@ -144,6 +154,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
   ro.device = options.prefill_device;
   target_ro.device = options.prefill_device;
   draft_ro.device = options.prefill_device;
+  target_ro.prob_rows = draft_ro.prob_rows = 0;  // the prefill stage samples no speculation
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<ModelRunner> prefill_runner,
                           make_runner(model, draft ? target_ro : ro));
   std::unique_ptr<ModelRunner> prefill_draft_runner;

@@ -87,6 +87,9 @@ std::vector<DeviceMemory> memory_report(const std::vector<RunnerRole>& runners,
       add("activations (" + who + ")", p.activation_bytes,
           "sized for --max-num-batched-tokens " + std::to_string(o.max_num_batched_tokens));
       add("workspace (" + who + ")", p.workspace_bytes, "GEMM workspace, scratch, batch metadata");
+      add("probability rows (" + who + ")", p.prob_rows_bytes,
+          "sampled speculation's rows, sized for --spec-max-batch " +
+              std::to_string(o.spec_max_batch) + " and --draft-max " + std::to_string(o.draft_max));
       add("cuda graphs (" + who + ")", p.graph_bytes, "captured decode graphs");
       free_bytes = std::min(free_bytes, p.device_free_bytes);
       if (!cpu) d.total_bytes = p.device_total_bytes;

@@ -13,13 +13,16 @@ namespace tandem {
 
 namespace {
 
-// At least `floats` of `rows` from `runner`, doubling on growth so that a batch growing a
-// sequence at a time reallocates its page-locked rows a few times, not every step.
-void grow_rows(HostFloats& rows, const ModelRunner& runner, size_t floats) {
-  if (rows.size() >= floats) return;
-  const size_t grown = std::max(floats, 2 * rows.size());
+// At least `needed` rows of `width` ids in `rows`, made by `runner`. Growth doubles (a batch
+// growing a sequence at a time reallocates a few times, not every step; a device allocation and
+// free each synchronise) up to `most`, the rows a full speculative batch needs, so the store
+// never holds more than the larger of that and the largest step's need.
+void grow_rows(ProbRows& rows, const ModelRunner& runner, int32_t needed, int32_t width,
+               int32_t most) {
+  if (rows.rows() >= needed && rows.width() == width) return;
+  const int32_t grown = std::max(needed, std::min(2 * rows.rows(), most));
   rows = {};  // the old rows go first: two bursts' worth is never held at once
-  rows = runner.host_floats(grown);
+  rows = runner.make_prob_rows(grown, width);
 }
 
 // Expected tokens emitted per step with k drafts at per-token acceptance a:
@@ -151,8 +154,8 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
   // Per sequence: k, the proposals, and the draft's probabilities for them.
   std::vector<int32_t> ks(n);
   std::vector<std::vector<int32_t>> proposals(n);
-  // [seq][k]: where each sampled proposal's draft row lies (in its round's round_probs_).
-  std::vector<std::vector<const float*>> draft_rows(n);
+  // [seq][k]: the slot of each sampled proposal's draft row in draft_rows_.
+  std::vector<std::vector<int32_t>> draft_slots(n);
   std::vector<std::pair<Sequence*, int64_t>> catchup;  // (sequence, draft tokens to reach)
   // Whole-step costs decide whether this batch size speculates at all (SpecGate). A fixed k
   // (benchmarks) always does, and so does a batch holding a seeded sampled sequence: timings
@@ -234,7 +237,14 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
   // catches the draft up on tokens it has not computed (prompt, last bonus token).
   const int32_t max_k = *std::max_element(ks.begin(), ks.end());
   double draft_ms = 0;
-  size_t round_used = 0;  // floats of round_probs_ all rounds used
+  // Every round's sampled rows stay in draft_rows_ until acceptance: a slot per sampled
+  // sequence per round, `draft_used` of them taken so far.
+  const int32_t most_k = std::max(policy_.config().draft_max, policy_.config().fixed_k);
+  const int32_t most_seqs = policy_.config().max_batch;
+  int32_t draft_needed = 0, draft_used = 0;
+  for (size_t i = 0; i < n; ++i)
+    if (!seqs[i]->params.greedy()) draft_needed += ks[i];
+  if (draft_needed > 0) grow_rows(draft_rows_, draft_, draft_needed, W, most_seqs * most_k);
   for (int32_t r = 0; r < max_k; ++r) {
     std::vector<int32_t> tokens, rows;
     std::vector<SeqSlice> slices;
@@ -277,18 +287,14 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
     }
     std::vector<int32_t> greedy_ids(greedy_reqs.size());
     if (!greedy_reqs.empty()) draft_.sample(greedy_reqs, greedy_ids);
-    // Sampled rows: the draft's processed probabilities and a token drawn from each (on the
-    // runner's device), one uniform of draft_rng a row, in row order.
-    // Each round's rows stay where the runner copied them (round r's own buffer) until the
-    // acceptance reads them: no per-sequence copy of a vocabulary-sized row.
-    const size_t sampled_floats = sampled_reqs.size() * size_t(W);
-    if (round_probs_.size() <= size_t(r)) round_probs_.resize(size_t(r) + 1);
-    HostFloats& round_rows = round_probs_[size_t(r)];
-    grow_rows(round_rows, draft_, sampled_floats);
-    round_used += sampled_floats;
+    // Sampled rows: the draft's processed probabilities, into this round's slots of
+    // draft_rows_ (on the CUDA runner they stay on the device), and a token drawn from each,
+    // one uniform of draft_rng a row, in row order: only the tokens come back.
+    const int32_t first_slot = draft_used;
     std::vector<int32_t> sampled_ids(sampled_reqs.size());
     if (!sampled_reqs.empty()) {
-      draft_.probs(sampled_reqs, W, round_rows.first(sampled_floats), sampled_ids);
+      draft_.probs_into(sampled_reqs, draft_rows_, first_slot, sampled_ids);
+      draft_used += int32_t(sampled_reqs.size());
     }
     draft_ms += now_ms() - t0;
     size_t g = 0, s = 0;
@@ -298,7 +304,7 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
       if (seq.params.greedy()) {
         token = greedy_ids[g++];
       } else {
-        draft_rows[who[j]].push_back(round_rows.data() + s * size_t(W));
+        draft_slots[who[j]].push_back(first_slot + int32_t(s));
         token = sampled_ids[s++];
       }
       proposals[who[j]].push_back(token);
@@ -402,16 +408,32 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
       row += size_t(ks[i]) + 1;
     }
   }
-  const size_t target_floats = task_reqs.size() * size_t(W);  // [sampled rows, W]
-  grow_rows(target_probs_, target_, target_floats);
-  if (!task_reqs.empty()) target_.probs(task_reqs, W, target_probs_.first(target_floats), {});
+  // Into slots [0, rows) of target_rows_, where they stay (device memory on the CUDA runner).
+  const int32_t target_needed = int32_t(task_reqs.size());
+  if (target_needed > 0) {
+    grow_rows(target_rows_, target_, target_needed, W, most_seqs * (most_k + 1));
+    target_.probs_into(task_reqs, target_rows_, 0, {});
+  }
   const double target_ms = now_ms() - t0;
   timing_.verify_end_ns = trace_now_ns();
   if (max_k > 0) policy_.observe_costs(draft_ms / max_k, target_ms);
   const double accept_t0 = now_ms();
+  // Sampled sequences: the lossless rule over both models' rows where they lie, all in one call
+  // (one launch on the CUDA runner, two ints a sequence back). k == 0 is sample_token's draw
+  // from target row 0.
+  std::vector<SampledDrafts> sampled;
+  std::vector<size_t> sampled_seq;  // [sampled] index into seqs
+  for (size_t i = 0; i < n; ++i) {
+    if (seqs[i]->params.greedy()) continue;
+    sampled.push_back(
+        SampledDrafts{proposals[i], draft_slots[i], int32_t(first_task[i]), &seqs[i]->rng});
+    sampled_seq.push_back(i);
+  }
+  std::vector<SpeculativeResult> sampled_results(sampled.size());
+  if (!sampled.empty()) target_.accept_sampled(sampled, draft_rows_, target_rows_, sampled_results);
 
   std::vector<std::vector<int32_t>> result(n);
-  size_t g = 0;
+  size_t g = 0, sampled_at = 0;
   for (size_t i = 0; i < n; ++i) {
     Sequence& seq = *seqs[i];
     const int32_t k = ks[i];
@@ -420,15 +442,8 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
       accepted = accept_greedy_ids(proposals[i], std::span(target_ids).subspan(g, size_t(k) + 1));
       g += size_t(k) + 1;
     } else {
-      // [k + 1, W]: this sequence's rows, computed above.
-      const std::span<const float> probs(target_probs_.data() + first_task[i] * size_t(W),
-                                         size_t(k + 1) * size_t(W));
-      if (k == 0) {
-        // sample_token's draw over the same probabilities.
-        accepted.tokens = {sample_from_probs(probs, seq.rng.next_uniform())};
-      } else {
-        accepted = accept_sampled(proposals[i], draft_rows[i], probs, W, seq.rng);
-      }
+      TANDEM_CHECK(sampled_seq[sampled_at] == i);
+      accepted = std::move(sampled_results[sampled_at++]);
     }
     if (k > 0) {
       seq.spec.proposed += k;
@@ -445,16 +460,15 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
     result[i] = std::move(accepted.tokens);
   }
   times_ = SpecStepTimes{max_k, draft_ms, target_ms, now_ms() - accept_t0};
-  release_large_rows(round_used + target_floats);
+  release_large_rows(size_t(draft_used) + size_t(target_needed));
   return result;
 }
 
-void SpecDecoder::release_large_rows(size_t used_floats) {
-  size_t held = target_probs_.size();
-  for (const HostFloats& rows : round_probs_) held += rows.size();
-  if (held * sizeof(float) > kKeptRowBytes && used_floats * 4 < held) {
-    round_probs_.clear();
-    target_probs_ = {};
+void SpecDecoder::release_large_rows(size_t used_rows) {
+  const size_t held = size_t(draft_rows_.rows()) + size_t(target_rows_.rows());
+  if (draft_rows_.bytes() + target_rows_.bytes() > kKeptRowBytes && used_rows * 4 < held) {
+    draft_rows_ = {};
+    target_rows_ = {};
   }
 }
 

@@ -41,9 +41,9 @@ struct SpecConfig {
 // Host-visible times of the last step() (ms), for benchmarks and the cost model.
 struct SpecStepTimes {
   int32_t draft_rounds = 0;  // draft forwards (the largest k of the batch)
-  double draft_ms = 0;       // all draft rounds, logits to the host and proposals included
-  double verify_ms = 0;      // the target's pass over k + 1 positions, logits to the host
-  double accept_ms = 0;      // acceptance on the host
+  double draft_ms = 0;       // all draft rounds, their sampled rows and draws included
+  double verify_ms = 0;      // the target's pass over k + 1 positions and their sampled rows
+  double accept_ms = 0;      // acceptance (sampled: the target runner's, one launch on a GPU)
 };
 
 // A step's outcome into seq.spec_acceptance, the per-token acceptance a that the policy's
@@ -171,18 +171,17 @@ class SpecDecoder {
   SpecStepTimes times_;
   StepTiming timing_;
   // Frees the probability rows' storage after a burst of sampled sequences (a batch of 32 at
-  // k = 8 needs ~175 MB over a 152k vocabulary): when they hold more than kKeptRowBytes and the
-  // step used less than a quarter of them (allocating page-locked memory locks every page: not
-  // every step).
-  void release_large_rows(size_t used_floats);
+  // k = 8 holds ~330 MB over a 152k vocabulary, on the device with the CUDA runners): when they
+  // hold more than kKeptRowBytes and the step used less than a quarter of their rows (device
+  // allocations and frees synchronise: not every step).
+  void release_large_rows(size_t used_rows);
   static constexpr size_t kKeptRowBytes = size_t(64) << 20;
-  // Sampled sequences' probability rows, kept between steps so that their vocabulary-sized
-  // storage is allocated (and its pages touched) once, not every step. The runners' copies land
-  // in host_floats() memory (page-locked on the CUDA runner: a copy into pageable memory runs
-  // through the driver's staging buffer at a fraction of the bus's rate), and the acceptance
-  // reads them there.
-  std::vector<HostFloats> round_probs_;  // [round][sampled rows of the round, W], the draft's
-  HostFloats target_probs_;              // [sampled verify rows, W], the target's
+  // Sampled sequences' probability rows, in each runner's own memory (device memory on the
+  // CUDA runner) from probs_into() to accept_sampled(): no vocabulary-sized row crosses to the
+  // host. Kept between steps so that they are allocated once, not every step.
+  ProbRows draft_rows_;   // [sampled proposals of all rounds, W], the draft's: one slot per
+                          // sampled sequence per round, each round's after the last's
+  ProbRows target_rows_;  // [sampled verify rows, W], the target's: k + 1 per sampled sequence
 };
 
 }  // namespace tandem

@@ -5,10 +5,6 @@
 
 namespace tandem {
 
-HostFloats ModelRunner::host_floats(size_t size) const {
-  return HostFloats(new float[size], size, [](float* p) { delete[] p; });
-}
-
 bool is_device_name(const std::string& device, const std::string& kind) {
   if (device == kind) return true;
   const std::string prefix = kind + ":";

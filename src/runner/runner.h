@@ -17,7 +17,9 @@
 #include "core/error.h"
 #include "kv/kv_pool_view.h"
 #include "model/config.h"
+#include "runner/prob_rows.h"
 #include "sampling/sampler.h"
+#include "sampling/speculative.h"
 #include "trace/trace.h"
 
 namespace tandem {
@@ -59,6 +61,12 @@ struct RunnerOptions {
   // Logit rows one forward may keep; 0 = min(max_batch_tokens, 4 * max_seqs). Speculative
   // verification keeps k + 1 rows per sequence.
   int32_t max_logit_rows = 0;
+  // Probability rows of config().vocab_size ids reserved at construction for speculative
+  // acceptance of sampled sequences (make_prob_rows hands out views of them): on the CUDA runner
+  // they are device memory counted with the activations, before the KV pool takes what is left,
+  // so a burst of sampled speculation cannot run the device out of memory later. 0 = none: a
+  // store is then allocated when asked (benchmarks, tests). The CPU runner allocates on demand.
+  int32_t prob_rows = 0;
   int32_t threads = 0;  // CPU runner: 0 = hardware concurrency
   // Time each forward on the device for traces (CUDA: a pair of events per forward).
   bool device_timing = false;
@@ -74,6 +82,7 @@ struct MemoryPlan {
   int64_t weights_bytes = 0;
   int64_t kv_bytes = 0;
   int64_t activation_bytes = 0;
+  int64_t prob_rows_bytes = 0;  // RunnerOptions::prob_rows reserved (CUDA)
   int64_t workspace_bytes = 0;  // cuBLASLt workspace, split-K scratch, batch metadata
   int64_t graph_bytes = 0;      // captured CUDA graphs
   int64_t device_total_bytes = 0;
@@ -84,24 +93,6 @@ struct MemoryPlan {
   // weights_bytes by how they are stored: {"awq int4", ...}, {"bf16", ...}; a quantized
   // Linear's scales, zero points and g_idx count under its format.
   std::vector<std::pair<std::string, int64_t>> weight_bytes_by_format;
-};
-
-// A host array that a runner's copies (probs()) fill at the bus's rate: page-locked memory on the
-// CUDA runner, where a copy into pageable memory goes through the driver's staging buffer at a
-// fraction of it; plain memory on the CPU runner.
-class HostFloats {
- public:
-  using Free = void (*)(float*);
-  HostFloats() = default;
-  HostFloats(float* data, size_t size, Free free) : data_(data, free), size_(size) {}
-  float* data() const { return data_.get(); }
-  size_t size() const { return size_; }
-  std::span<float> first(size_t n) const { return {data_.get(), n}; }
-
- private:
-  static void keep(float*) {}
-  std::unique_ptr<float, Free> data_{nullptr, keep};
-  size_t size_ = 0;
 };
 
 class ModelRunner {
@@ -126,21 +117,36 @@ class ModelRunner {
   // Samples one token per request from the last forward's logits.
   virtual void sample(std::span<const SampleRequest> requests, std::span<int32_t> out_tokens) = 0;
   // fp32 logits of the last forward: [num_logits, config().vocab_size], for tests and golden
-  // comparisons (the engine never copies logits: it takes ids from sample() and probability
-  // rows from probs()); the CUDA runner copies them to the host.
+  // comparisons (the engine never copies logits: it takes ids from sample() and keeps
+  // probability rows in the runner through probs_into()); the CUDA runner copies them to the
+  // host.
   virtual void copy_logits(std::span<float> out) = 0;
   // Processed probabilities of the last forward's rows over ids [0, width), one row per request
   // into out [requests.size(), width]: apply_logits_processors (the request's history and
-  // suppressed ids) then logits_to_probs, as the reference sampler computes them: what
-  // speculative acceptance of sampled rows needs. With `draws` ([requests.size()]; empty: no
-  // draw, request.rng is not read), each row's token is drawn from its probabilities too, one
-  // uniform from request.rng in request order, as sample_from_probs takes it. The CUDA runner
-  // computes them on the device (kernels/sample.cuh; the draw is the device sampler's) and
-  // copies only these rows; the CPU runner runs the reference functions, rows in parallel.
+  // suppressed ids) then logits_to_probs, as the reference sampler computes them (tests and
+  // golden comparisons read them on the host; the engine uses probs_into()). With `draws`
+  // ([requests.size()]; empty: no draw, request.rng is not read), each row's token is drawn from
+  // its probabilities too, one uniform from request.rng in request order, as sample_from_probs
+  // takes it. The CUDA runner computes them on the device (kernels/sample.cuh; the draw is the
+  // device sampler's) and copies only these rows; the CPU runner runs the reference functions, rows
+  // in parallel.
   virtual void probs(std::span<const SampleRequest> requests, int32_t width, std::span<float> out,
                      std::span<int32_t> draws) = 0;
-  // `size` floats of host memory for probs()' rows (see HostFloats).
-  virtual HostFloats host_floats(size_t size) const;
+
+  // Speculative acceptance of sampled sequences without their rows leaving the runner
+  // (runner/prob_rows.h). A store of `rows` rows of `width` ids in this runner's memory.
+  virtual ProbRows make_prob_rows(int32_t rows, int32_t width) const = 0;
+  // probs() into slots [first_slot, first_slot + requests.size()) of `rows`, a store of this
+  // runner's (its width is the rows' width): the same rows and draws, which alone come back.
+  virtual void probs_into(std::span<const SampleRequest> requests, ProbRows& rows,
+                          int32_t first_slot, std::span<int32_t> draws) = 0;
+  // accept_sampled for each of `seqs` into out[i], reading the draft's rows from `draft_rows`
+  // (the draft model's store: it must lie in this runner's memory, on the same device) and the
+  // target's from `target_rows`, and advancing each rng by the tests made + 1. The CPU runner
+  // runs accept_sampled itself; the CUDA runner runs one launch for all of them and copies back
+  // only each sequence's accepted count and final token.
+  virtual void accept_sampled(std::span<const SampledDrafts> seqs, const ProbRows& draft_rows,
+                              const ProbRows& target_rows, std::span<SpeculativeResult> out) = 0;
 
   // The KV storage behind the page ids, for transports between stages. Pages are laid out so
   // that one page of one layer's K (and V) is page_bytes contiguous bytes.

@@ -124,4 +124,24 @@ TEST_CASE("memory breakdown with --kv-pages and a draft on the same GPU") {
   bool kv_setting = false;
   for (const SettingEffect& e : d.settings) kv_setting |= e.setting == "--kv-pages";
   CHECK(kv_setting);
+  // Sampled speculation's probability rows are reserved up front, k + 1 a sequence of a full
+  // speculative batch (at least one a sequence) on the target and k on the draft.
+  const int64_t spec_seqs = std::min(o.max_num_seqs, o.spec_max_batch);
+  const int64_t target_rows = std::max<int64_t>(o.max_num_seqs, spec_seqs * (o.draft_max + 1));
+  CHECK(part(d, "probability rows (target") ==
+        target_rows * (*engine)->model_config().vocab_size * int64_t(sizeof(float)));
+  CHECK(part(d, "probability rows (draft") > 0);
+  // A sampled request speculates within them: afterwards the breakdown still matches the
+  // driver, so nothing was allocated outside the plan. (Its steps are speculative: no decode
+  // graph is captured, so none is expected.)
+  Done done;
+  GenerateInput in;
+  in.prompt_ids = {1, 2, 3, 4, 5, 6, 7, 8};
+  in.sampling.temperature = 0.8f;
+  in.sampling.seed = 7;
+  in.sampling.max_tokens = 24;
+  in.sampling.ignore_eos = true;
+  REQUIRE((*engine)->submit(1, in, &done).ok());
+  (*engine)->run_until_idle();
+  check_against_driver(**engine, false);
 }

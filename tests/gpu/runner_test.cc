@@ -311,3 +311,66 @@ TEST_CASE("CUDA runner: device timing gives each forward its own interval on the
   (*plain)->forward(ForwardBatch{std::span(a.data(), 30), std::span(&s1, 1), {}});
   CHECK((*plain)->last_forward_interval() == nullptr);
 }
+
+TEST_CASE("CUDA runner: probs_into keeps probs()' rows on the device; accept_sampled reads them") {
+  TinyModel m = make_tiny();
+  auto created = CudaRunner::create(m.config, m.weights, tiny_options());
+  REQUIRE(created.ok());
+  CudaRunner& r = **created;
+  constexpr int32_t kWidth = 290;  // the padded rows past it are never sampled
+  r.set_valid_vocab(kWidth);
+  std::vector<int32_t> a;
+  for (int i = 0; i < 30; ++i) a.push_back((i * 37 + 11) % kWidth);
+  std::vector<int32_t> pages = {1, 2};
+  SeqSlice s{0, 30, 30, pages};
+  const std::vector<int32_t> logit_rows = {27, 28, 29};
+  r.forward(ForwardBatch{a, std::span(&s, 1), logit_rows});
+  ResolvedSampling hot;
+  hot.temperature = 0.8f;
+  std::vector<SampleRequest> reqs(3);
+  std::vector<SamplingRng> rngs = {{1, 0}, {2, 5}, {3, 9}};
+  for (int32_t i = 0; i < 3; ++i)
+    reqs[size_t(i)] = SampleRequest{i, &hot, {}, {}, &rngs[size_t(i)]};
+  const std::vector<SamplingRng> start = rngs;
+  std::vector<float> host(3 * size_t(kWidth));
+  std::vector<int32_t> host_draws(3);
+  r.probs(reqs, kWidth, host, host_draws);
+
+  // Slots 1..3 of a store of 5: the same bits as probs() and the same draws.
+  rngs = start;
+  ProbRows rows = r.make_prob_rows(5, kWidth);
+  REQUIRE(rows.device() >= 0);
+  std::vector<int32_t> draws(3, -1);
+  r.probs_into(reqs, rows, 1, draws);
+  std::vector<float> back(host.size());
+  TANDEM_CUDA_CHECK(cudaMemcpy(back.data(), rows.row(1), back.size() * 4, cudaMemcpyDeviceToHost));
+  CHECK(same_bits(back.data(), host.data(), host.size() * 4));
+  CHECK(draws == host_draws);
+
+  // Row 0 of the call as every sequence's draft row, rows 1..2 as its target rows (slots 2, 3),
+  // with one proposal each and a generator of its own: accepted and rejected alike.
+  std::vector<std::vector<int32_t>> proposals;
+  for (int32_t i = 0; i < 64; ++i)
+    proposals.push_back({i % 5 == 0 ? host_draws[0] : i * 7 % kWidth});
+  const std::vector<int32_t> draft_slot = {1};
+  std::vector<SamplingRng> device_rngs, host_rngs;
+  for (uint64_t i = 0; i < 64; ++i) device_rngs.push_back({i + 100, i});
+  host_rngs = device_rngs;
+  std::vector<SampledDrafts> seqs;
+  for (size_t i = 0; i < 64; ++i) seqs.push_back({proposals[i], draft_slot, 2, &device_rngs[i]});
+  std::vector<SpeculativeResult> got(seqs.size());
+  r.accept_sampled(seqs, rows, rows, got);
+  int accepted = 0;
+  for (size_t i = 0; i < 64; ++i) {
+    CAPTURE(i);
+    const SpeculativeResult want =
+        accept_sampled(proposals[i], std::span(host).first(size_t(kWidth)),
+                       std::span(host).subspan(size_t(kWidth)), kWidth, host_rngs[i]);
+    CHECK(got[i].num_accepted == want.num_accepted);
+    CHECK(got[i].tokens == want.tokens);
+    CHECK(device_rngs[i].counter == host_rngs[i].counter);
+    accepted += want.num_accepted;
+  }
+  CHECK(accepted > 0);
+  CHECK(accepted < 64);
+}

@@ -245,6 +245,52 @@ void CpuRunner::probs(std::span<const SampleRequest> requests, int32_t width, st
   }
 }
 
+ProbRows CpuRunner::make_prob_rows(int32_t rows, int32_t width) const {
+  TANDEM_CHECK(rows >= 0 && width >= 1, "%d probability rows of %d ids", rows, width);
+  float* data = new float[size_t(rows) * size_t(width)];
+  return ProbRows(data, rows, width, ProbRows::kHost, [](float* p, int32_t) { delete[] p; });
+}
+
+void CpuRunner::probs_into(std::span<const SampleRequest> requests, ProbRows& rows,
+                           int32_t first_slot, std::span<int32_t> draws) {
+  TANDEM_CHECK(rows.device() == ProbRows::kHost, "probability rows on cuda:%d, runner on %s",
+               rows.device(), device_.c_str());
+  TANDEM_CHECK(first_slot >= 0 && size_t(first_slot) + requests.size() <= size_t(rows.rows()),
+               "slots [%d, %d) of %d probability rows", first_slot,
+               first_slot + int32_t(requests.size()), rows.rows());
+  const size_t width = size_t(rows.width());
+  probs(requests, rows.width(), {rows.row(first_slot), requests.size() * width}, draws);
+}
+
+void CpuRunner::accept_sampled(std::span<const SampledDrafts> seqs, const ProbRows& draft_rows,
+                               const ProbRows& target_rows, std::span<SpeculativeResult> out) {
+  TANDEM_CHECK(out.size() >= seqs.size(), "%zu results for %zu sequences", out.size(), seqs.size());
+  TANDEM_CHECK(draft_rows.device() == ProbRows::kHost && target_rows.device() == ProbRows::kHost,
+               "probability rows on cuda:%d and cuda:%d, runner on %s", draft_rows.device(),
+               target_rows.device(), device_.c_str());
+  TANDEM_CHECK(seqs.empty() || draft_rows.width() == target_rows.width(),
+               "draft rows of %d ids, target rows of %d", draft_rows.width(), target_rows.width());
+  const int32_t width = target_rows.width();
+  std::vector<const float*> drafts;  // [k] the sequence's draft rows, where they lie
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const SampledDrafts& s = seqs[i];
+    const size_t k = s.tokens.size();
+    TANDEM_CHECK(s.rng != nullptr && s.draft_slots.size() == k,
+                 "sequence %zu: %zu draft slots for %zu drafts", i, s.draft_slots.size(), k);
+    TANDEM_CHECK(s.target_slot >= 0 && size_t(s.target_slot) + k + 1 <= size_t(target_rows.rows()),
+                 "target rows [%d, %zu) of %d", s.target_slot, size_t(s.target_slot) + k + 1,
+                 target_rows.rows());
+    drafts.clear();
+    for (const int32_t slot : s.draft_slots) {
+      TANDEM_CHECK(slot >= 0 && slot < draft_rows.rows(), "draft slot %d of %d", slot,
+                   draft_rows.rows());
+      drafts.push_back(draft_rows.row(slot));
+    }
+    const std::span<const float> target(target_rows.row(s.target_slot), (k + 1) * size_t(width));
+    out[i] = tandem::accept_sampled(s.tokens, drafts, target, width, *s.rng);
+  }
+}
+
 void CpuRunner::copy_logits(std::span<float> out) {
   const size_t count = size_t(num_logits_ * config_.vocab_size);
   TANDEM_CHECK(out.size() >= count, "copy_logits: %zu floats for %zu logits", out.size(), count);

@@ -37,6 +37,12 @@ class CpuRunner final : public ModelRunner {
   void copy_logits(std::span<float> out) override;
   void probs(std::span<const SampleRequest> requests, int32_t width, std::span<float> out,
              std::span<int32_t> draws) override;
+  // Host memory: acceptance runs the reference accept_sampled on the rows where they lie.
+  ProbRows make_prob_rows(int32_t rows, int32_t width) const override;
+  void probs_into(std::span<const SampleRequest> requests, ProbRows& rows, int32_t first_slot,
+                  std::span<int32_t> draws) override;
+  void accept_sampled(std::span<const SampledDrafts> seqs, const ProbRows& draft_rows,
+                      const ProbRows& target_rows, std::span<SpeculativeResult> out) override;
   KvPoolView kv_pool_view() override;
 
  private:

@@ -152,6 +152,9 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig& config
   r->act_ = DeviceBuffer(size_t(T * I * 2));
   r->picked_ = DeviceBuffer(size_t(L * H * 2));
   r->logits_ = DeviceBuffer(size_t(L * config.vocab_size * 4));
+  if (opts.prob_rows > 0) {
+    r->prob_rows_ = DeviceBuffer(size_t(opts.prob_rows) * size_t(config.vocab_size) * 4);
+  }
   r->attn_partials_ =
       DeviceBuffer(size_t(kDecodeSplitRows * config.num_heads * (config.head_dim + 2) * 4));
   TANDEM_CUDA_CHECK(cudaDeviceGetAttribute(&r->num_sms_, cudaDevAttrMultiProcessorCount, device));
@@ -169,7 +172,8 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig& config
   r->device_timing_ = opts.device_timing;
   if (r->device_timing_) r->anchor_ = make_clock_anchor(r->stream_);
   const int64_t free_activations = free_now();
-  r->plan_.activation_bytes = free_weights - free_activations;
+  r->plan_.prob_rows_bytes = int64_t(r->prob_rows_.bytes());
+  r->plan_.activation_bytes = free_weights - free_activations - r->plan_.prob_rows_bytes;
 
   // KV pool: what is asked, or what utilization leaves after everything else.
   const int64_t page_bytes = int64_t(r->page_size_) * config.num_kv_heads * config.head_dim * 2;
@@ -219,10 +223,12 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig& config
   r->plan_.device_free_bytes = free_end;
   std::fprintf(stderr,
                "cuda:%d memory plan: weights %.2f GB, KV %.2f GB (%d pages of %d tokens), "
-               "activations %.2f GB, workspace %.0f MB, free %.2f of %.2f GB\n",
+               "activations %.2f GB, probability rows %.0f MB, workspace %.0f MB, free %.2f of "
+               "%.2f GB\n",
                device, double(r->plan_.weights_bytes) / 1e9, double(r->plan_.kv_bytes) / 1e9,
                r->num_pages_, r->page_size_, double(r->plan_.activation_bytes) / 1e9,
-               double(r->plan_.workspace_bytes) / 1e6, double(free_b) / 1e9, double(total_b) / 1e9);
+               double(r->plan_.prob_rows_bytes) / 1e6, double(r->plan_.workspace_bytes) / 1e6,
+               double(free_b) / 1e9, double(total_b) / 1e9);
   return r;
 }
 
@@ -616,13 +622,65 @@ void CudaRunner::probs(std::span<const SampleRequest> requests, int32_t width, s
   sampler_.probs(logits_.as<float>(), width, requests, out, draws, stream_);
 }
 
-HostFloats CudaRunner::host_floats(size_t size) const {
-  // Portable: the pages are locked for every context, whichever stage's thread copies into them.
+ProbRows CudaRunner::make_prob_rows(int32_t rows, int32_t width) const {
+  TANDEM_CHECK(rows >= 0 && width >= 1, "%d probability rows of %d ids", rows, width);
+  TANDEM_CUDA_CHECK(cudaSetDevice(device_));
+  const size_t bytes = size_t(rows) * size_t(width) * sizeof(float);
+  // Within the reservation: a view, freed with the runner (the spec decoder holds one store of
+  // each runner at a time, so views never alias in use).
+  if (bytes > 0 && bytes <= prob_rows_.bytes()) {
+    return ProbRows(prob_rows_.as<float>(), rows, width, device_, nullptr);
+  }
   void* p = nullptr;
-  if (size > 0) TANDEM_CUDA_CHECK(cudaHostAlloc(&p, size * sizeof(float), cudaHostAllocPortable));
-  return HostFloats(static_cast<float*>(p), size, [](float* q) {
-    if (q != nullptr) cudaFreeHost(q);
+  if (bytes > 0) TANDEM_CUDA_CHECK(cudaMalloc(&p, bytes));
+  return ProbRows(static_cast<float*>(p), rows, width, device_, [](float* q, int32_t device) {
+    // Whichever device is current on the freeing thread: cudaFree needs the owner's.
+    int current = 0;
+    if (cudaGetDevice(&current) != cudaSuccess) return;
+    if (current != device) cudaSetDevice(device);
+    cudaFree(q);
+    if (current != device) cudaSetDevice(current);
   });
+}
+
+namespace {
+
+// The store must be device memory of this runner's GPU: its kernels read it in place.
+void check_on_device(const ProbRows& rows, int device, const char* what) {
+  if (rows.device() == device) return;
+  const std::string where =
+      rows.device() == ProbRows::kHost ? "the host" : "cuda:" + std::to_string(rows.device());
+  TANDEM_CHECK(rows.device() == device,
+               "%s probability rows are on %s, not on this runner's cuda:%d: speculative "
+               "acceptance reads the draft's and the target's rows in place, so both models "
+               "must run on one GPU",
+               what, where.c_str(), device);
+}
+
+}  // namespace
+
+void CudaRunner::probs_into(std::span<const SampleRequest> requests, ProbRows& rows,
+                            int32_t first_slot, std::span<int32_t> draws) {
+  TANDEM_CUDA_CHECK(cudaSetDevice(device_));
+  check_on_device(rows, device_, "these");
+  TANDEM_CHECK(first_slot >= 0 && size_t(first_slot) + requests.size() <= size_t(rows.rows()),
+               "slots [%d, %d) of %d probability rows", first_slot,
+               first_slot + int32_t(requests.size()), rows.rows());
+  for (const SampleRequest& r : requests) {
+    TANDEM_CHECK(r.logit_index >= 0 && r.logit_index < num_logits_ && r.params != nullptr);
+  }
+  sampler_.probs_on_device(logits_.as<float>(), rows.width(), requests, rows.row(first_slot), draws,
+                           stream_);
+}
+
+void CudaRunner::accept_sampled(std::span<const SampledDrafts> seqs, const ProbRows& draft_rows,
+                                const ProbRows& target_rows, std::span<SpeculativeResult> out) {
+  if (seqs.empty()) return;
+  TANDEM_CUDA_CHECK(cudaSetDevice(device_));
+  check_on_device(target_rows, device_, "the target's");
+  // A store with no rows (no sequence proposed) holds no memory and is read by nobody.
+  if (draft_rows.rows() > 0) check_on_device(draft_rows, device_, "the draft's");
+  acceptance_.accept(seqs, draft_rows, target_rows, out, stream_);
 }
 
 void CudaRunner::copy_logits(std::span<float> out) {

@@ -16,6 +16,7 @@
 
 #include "kernels/fp8_linear.cuh"
 #include "kernels/gemm.cuh"
+#include "runner/cuda/device_acceptance.h"
 #include "runner/cuda/device_buffer.h"
 #include "runner/cuda/device_interval.h"
 #include "runner/cuda/device_sampler.h"
@@ -53,7 +54,12 @@ class CudaRunner final : public ModelRunner {
   void copy_logits(std::span<float> out) override;
   void probs(std::span<const SampleRequest> requests, int32_t width, std::span<float> out,
              std::span<int32_t> draws) override;
-  HostFloats host_floats(size_t size) const override;
+  // Device memory of this runner's GPU; the draft's store must lie on it too.
+  ProbRows make_prob_rows(int32_t rows, int32_t width) const override;
+  void probs_into(std::span<const SampleRequest> requests, ProbRows& rows, int32_t first_slot,
+                  std::span<int32_t> draws) override;
+  void accept_sampled(std::span<const SampledDrafts> seqs, const ProbRows& draft_rows,
+                      const ProbRows& target_rows, std::span<SpeculativeResult> out) override;
   KvPoolView kv_pool_view() override;
 
   // Graph replay on or off (benchmarks compare the two; tests run both).
@@ -133,6 +139,7 @@ class CudaRunner final : public ModelRunner {
   DeviceBuffer act_;            // [max_tokens, intermediate] bf16
   DeviceBuffer picked_;         // [max_logits, hidden] bf16
   DeviceBuffer logits_;         // [max_logits, vocab] fp32
+  DeviceBuffer prob_rows_;      // [opts.prob_rows, vocab] fp32: make_prob_rows' views
   DeviceBuffer attn_partials_;  // [kDecodeSplitRows, H, D + 2] fp32: split-K decode states
   DeviceBuffer sample_rows_;    // [max_logits] int32
   DeviceBuffer sampled_;        // [max_logits] int32
@@ -142,6 +149,8 @@ class CudaRunner final : public ModelRunner {
   std::shared_ptr<const ClockAnchor> anchor_;
   std::shared_ptr<EventPool> event_pool_ = std::make_shared<EventPool>();
   std::shared_ptr<const DeviceInterval> last_interval_;
+  // Speculative acceptance of sampled sequences over ProbRows in this GPU's memory.
+  DeviceAcceptance acceptance_;
   int32_t num_logits_ = 0;
 
   std::map<std::tuple<int32_t, int32_t, int32_t>, cudaGraphExec_t> graphs_;  // tokens, logits,

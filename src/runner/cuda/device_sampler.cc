@@ -149,35 +149,51 @@ void DeviceSampler::sample(const float* logits, int32_t valid_vocab,
 void DeviceSampler::probs(const float* logits, int32_t width,
                           std::span<const SampleRequest> requests, std::span<float> out,
                           std::span<int32_t> draws, cudaStream_t stream) {
+  TANDEM_CHECK(out.size() >= requests.size() * size_t(width), "%zu floats for %zu rows of %d",
+               out.size(), requests.size(), width);
+  run_probs(logits, width, requests, nullptr, out.data(), draws, stream);
+}
+
+void DeviceSampler::probs_on_device(const float* logits, int32_t width,
+                                    std::span<const SampleRequest> requests, float* rows,
+                                    std::span<int32_t> draws, cudaStream_t stream) {
+  run_probs(logits, width, requests, rows, nullptr, draws, stream);
+}
+
+void DeviceSampler::run_probs(const float* logits, int32_t width,
+                              std::span<const SampleRequest> requests, float* device_rows,
+                              float* host_rows, std::span<int32_t> draws, cudaStream_t stream) {
   const int32_t n = int32_t(requests.size());
   if (n == 0) return;
   TANDEM_CHECK(width >= 1 && width <= vocab_, "probability rows of %d ids, logits of %lld", width,
                static_cast<long long>(vocab_));
-  TANDEM_CHECK(out.size() >= size_t(n) * size_t(width), "%zu floats for %d rows of %d", out.size(),
-               n, width);
   const bool draw = !draws.empty();
   TANDEM_CHECK(!draw || draws.size() >= size_t(n), "%zu draws for %d rows", draws.size(), n);
   std::vector<size_t> all(static_cast<size_t>(n));  // every request, in order
   for (int32_t i = 0; i < n; ++i) all[size_t(i)] = size_t(i);
   upload_rows(requests, all, draw, stream);
-  // Waves of kSampleMaxRows share the scratch and probability rows; each wave's rows go to the
-  // host before the next overwrites them (the copy is ordered on the stream).
+  // Waves of kSampleMaxRows share the scratch rows. Rows for the host land in probs_ and go to
+  // the host before the next wave overwrites them (the copy is ordered on the stream); rows
+  // that stay on the device land in place.
   for (int32_t w = 0; w < n; w += kernels::kSampleMaxRows) {
     const int32_t rows = std::min(kernels::kSampleMaxRows, n - w);
     const auto* params = params_.as<kernels::SampleRowParams>() + w;
+    float* dst =
+        device_rows != nullptr ? device_rows + size_t(w) * size_t(width) : probs_.as<float>();
     if (wave_is_wide(w, rows, width)) {
-      kernels::launch_sample_rows_wide(logits, int32_t(vocab_), width, params,
-                                       adjust_.as<kernels::LogitAdjust>(), rows,
-                                       scratch_.as<float>(), wide_.ptr(), ids_.as<int32_t>() + w,
-                                       probs_.as<float>(), width, draw, stream);
+      kernels::launch_sample_rows_wide(
+          logits, int32_t(vocab_), width, params, adjust_.as<kernels::LogitAdjust>(), rows,
+          scratch_.as<float>(), wide_.ptr(), ids_.as<int32_t>() + w, dst, width, draw, stream);
     } else {
       kernels::launch_probs_rows(logits, int32_t(vocab_), width, params,
                                  adjust_.as<kernels::LogitAdjust>(), rows, scratch_.as<float>(),
-                                 ids_.as<int32_t>() + w, probs_.as<float>(), width, draw, stream);
+                                 ids_.as<int32_t>() + w, dst, width, draw, stream);
     }
-    TANDEM_CUDA_CHECK(cudaMemcpyAsync(out.data() + size_t(w) * size_t(width), probs_.ptr(),
-                                      size_t(rows) * size_t(width) * 4, cudaMemcpyDeviceToHost,
-                                      stream));
+    if (device_rows == nullptr) {
+      TANDEM_CUDA_CHECK(cudaMemcpyAsync(host_rows + size_t(w) * size_t(width), dst,
+                                        size_t(rows) * size_t(width) * 4, cudaMemcpyDeviceToHost,
+                                        stream));
+    }
   }
   const int32_t* status = fetch_ids(n, stream);
   if (draw) std::copy_n(status, n, draws.begin());

@@ -33,11 +33,20 @@ class DeviceSampler {
   // sample() takes it. Returns once they have landed.
   void probs(const float* logits, int32_t width, std::span<const SampleRequest> requests,
              std::span<float> out, std::span<int32_t> draws, cudaStream_t stream);
+  // The same rows into `rows` [requests, width] of device memory (slots of a ProbRows), where
+  // they stay: only the draws (or status) come back. Returns once the draws have landed.
+  void probs_on_device(const float* logits, int32_t width, std::span<const SampleRequest> requests,
+                       float* rows, std::span<int32_t> draws, cudaStream_t stream);
 
   // Every row on the one-block kernel, also those the wide form takes (tests compare the two).
   void set_one_block_only(bool on) { force_one_block_ = on; }
 
  private:
+  // probs() and probs_on_device(): the rows land in device_rows when it is not null, else in
+  // probs_ a wave at a time and then in host_rows.
+  void run_probs(const float* logits, int32_t width, std::span<const SampleRequest> requests,
+                 float* device_rows, float* host_rows, std::span<int32_t> draws,
+                 cudaStream_t stream);
   // Rows [first, first + rows) of the uploaded settings all take the wide form.
   bool wave_is_wide(int32_t first, int32_t rows, int32_t valid_vocab) const;
   // Each row's settings (and, when `draw`, its uniform) and penalty list to the device.

@@ -54,6 +54,17 @@ class CountingRunner final : public ModelRunner {
              std::span<int32_t> draws) override {
     inner_->probs(r, width, out, draws);
   }
+  ProbRows make_prob_rows(int32_t rows, int32_t width) const override {
+    return inner_->make_prob_rows(rows, width);
+  }
+  void probs_into(std::span<const SampleRequest> r, ProbRows& rows, int32_t first_slot,
+                  std::span<int32_t> draws) override {
+    inner_->probs_into(r, rows, first_slot, draws);
+  }
+  void accept_sampled(std::span<const SampledDrafts> seqs, const ProbRows& draft_rows,
+                      const ProbRows& target_rows, std::span<SpeculativeResult> out) override {
+    inner_->accept_sampled(seqs, draft_rows, target_rows, out);
+  }
   KvPoolView kv_pool_view() override { return inner_->kv_pool_view(); }
 
  private:
