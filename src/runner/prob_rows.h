@@ -57,4 +57,11 @@ struct SampledDrafts {
   SamplingRng* rng = nullptr;            // advanced by the tests made + 1, as accept_sampled does
 };
 
+// Checks every index a runner's accept_sampled will read for `seqs` (the CUDA kernel reads them
+// without bounds): `results` >= seqs.size(), both stores of one width when any sequence drafted,
+// a generator and a slot per draft, draft tokens below the width, slots and the k + 1 target rows
+// inside their stores.
+void check_sampled_drafts(std::span<const SampledDrafts> seqs, const ProbRows& draft_rows,
+                          const ProbRows& target_rows, size_t results);
+
 }  // namespace tandem

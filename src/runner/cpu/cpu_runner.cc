@@ -264,28 +264,17 @@ void CpuRunner::probs_into(std::span<const SampleRequest> requests, ProbRows& ro
 
 void CpuRunner::accept_sampled(std::span<const SampledDrafts> seqs, const ProbRows& draft_rows,
                                const ProbRows& target_rows, std::span<SpeculativeResult> out) {
-  TANDEM_CHECK(out.size() >= seqs.size(), "%zu results for %zu sequences", out.size(), seqs.size());
   TANDEM_CHECK(draft_rows.device() == ProbRows::kHost && target_rows.device() == ProbRows::kHost,
                "probability rows on cuda:%d and cuda:%d, runner on %s", draft_rows.device(),
                target_rows.device(), device_.c_str());
-  TANDEM_CHECK(seqs.empty() || draft_rows.width() == target_rows.width(),
-               "draft rows of %d ids, target rows of %d", draft_rows.width(), target_rows.width());
+  check_sampled_drafts(seqs, draft_rows, target_rows, out.size());
   const int32_t width = target_rows.width();
   std::vector<const float*> drafts;  // [k] the sequence's draft rows, where they lie
   for (size_t i = 0; i < seqs.size(); ++i) {
     const SampledDrafts& s = seqs[i];
     const size_t k = s.tokens.size();
-    TANDEM_CHECK(s.rng != nullptr && s.draft_slots.size() == k,
-                 "sequence %zu: %zu draft slots for %zu drafts", i, s.draft_slots.size(), k);
-    TANDEM_CHECK(s.target_slot >= 0 && size_t(s.target_slot) + k + 1 <= size_t(target_rows.rows()),
-                 "target rows [%d, %zu) of %d", s.target_slot, size_t(s.target_slot) + k + 1,
-                 target_rows.rows());
     drafts.clear();
-    for (const int32_t slot : s.draft_slots) {
-      TANDEM_CHECK(slot >= 0 && slot < draft_rows.rows(), "draft slot %d of %d", slot,
-                   draft_rows.rows());
-      drafts.push_back(draft_rows.row(slot));
-    }
+    for (const int32_t slot : s.draft_slots) drafts.push_back(draft_rows.row(slot));
     const std::span<const float> target(target_rows.row(s.target_slot), (k + 1) * size_t(width));
     out[i] = tandem::accept_sampled(s.tokens, drafts, target, width, *s.rng);
   }

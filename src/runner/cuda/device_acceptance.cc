@@ -29,12 +29,11 @@ void DeviceAcceptance::accept(std::span<const SampledDrafts> seqs, const ProbRow
                               cudaStream_t stream) {
   const size_t n = seqs.size();
   if (n == 0) return;
-  TANDEM_CHECK(out.size() >= n, "%zu results for %zu sequences", out.size(), n);
+  // The kernel reads what these name without bounds: every index is checked here.
+  check_sampled_drafts(seqs, draft_rows, target_rows, out.size());
   const int32_t width = target_rows.width();
   size_t drafts = 0;
   for (const SampledDrafts& s : seqs) drafts += s.tokens.size();
-  TANDEM_CHECK(drafts == 0 || draft_rows.width() == width,
-               "draft rows of %d ids, target rows of %d", draft_rows.width(), width);
   const size_t seq_bytes = n * sizeof(kernels::AcceptSeq);
   reserve(seq_bytes + 2 * drafts * sizeof(int32_t), n);
   auto* params = in_host_.as<kernels::AcceptSeq>();
@@ -44,17 +43,6 @@ void DeviceAcceptance::accept(std::span<const SampledDrafts> seqs, const ProbRow
   for (size_t i = 0; i < n; ++i) {
     const SampledDrafts& s = seqs[i];
     const size_t k = s.tokens.size();
-    // The kernel reads what these name without bounds: every index is checked here.
-    TANDEM_CHECK(s.rng != nullptr && s.draft_slots.size() == k,
-                 "sequence %zu: %zu draft slots for %zu drafts", i, s.draft_slots.size(), k);
-    TANDEM_CHECK(s.target_slot >= 0 && size_t(s.target_slot) + k + 1 <= size_t(target_rows.rows()),
-                 "target rows [%d, %zu) of %d", s.target_slot, size_t(s.target_slot) + k + 1,
-                 target_rows.rows());
-    for (size_t j = 0; j < k; ++j) {
-      TANDEM_CHECK(s.tokens[j] >= 0 && s.tokens[j] < width, "draft token %d", s.tokens[j]);
-      TANDEM_CHECK(s.draft_slots[j] >= 0 && s.draft_slots[j] < draft_rows.rows(),
-                   "draft slot %d of %d", s.draft_slots[j], draft_rows.rows());
-    }
     params[i] =
         kernels::AcceptSeq{s.rng->seed, s.rng->counter, int32_t(k), int32_t(at), s.target_slot, 0};
     std::copy(s.tokens.begin(), s.tokens.end(), tokens + at);
