@@ -15,12 +15,6 @@ using namespace tandem::testing;
 
 namespace {
 
-ModelDir load(const std::string& name) {
-  auto model = load_model_dir(golden_model_dir(name));
-  REQUIRE_MESSAGE(model.ok(), (model.ok() ? "" : model.error().to_string()));
-  return std::move(model).value();
-}
-
 // The case's rows in stores of `runner`, then its accept_sampled; `rngs` get the generators.
 std::vector<SpeculativeResult> runner_accept(ModelRunner& runner, const AcceptCase& c,
                                              std::vector<SamplingRng>& rngs) {
@@ -44,7 +38,7 @@ std::vector<SpeculativeResult> runner_accept(ModelRunner& runner, const AcceptCa
 }  // namespace
 
 TEST_CASE("CPU runner accept_sampled equals the host rule on the same rows") {
-  const ModelDir model = load("qwen2_untied_fp16_gqa4");
+  const ModelDir model = load_golden_model("qwen2_untied_fp16_gqa4");
   RunnerDriver driver(model, 16);
   int rejected = 0, all_accepted = 0, plain = 0, empty_residual = 0;
   for (const int32_t width : {7, 1000, 151936}) {
@@ -90,7 +84,7 @@ TEST_CASE("CPU runner accept_sampled equals the host rule on the same rows") {
 }
 
 TEST_CASE("CPU runner probs_into writes probs()' rows and draws into its slots") {
-  const ModelDir model = load("qwen2_untied_fp16_gqa4");
+  const ModelDir model = load_golden_model("qwen2_untied_fp16_gqa4");
   RunnerDriver driver(model, 16);
   ModelRunner& runner = driver.runner();
   TestSeq a, b;

@@ -29,17 +29,11 @@ bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-ModelDir load(const std::string& name) {
-  auto model = load_model_dir(golden_model_dir(name));
-  REQUIRE_MESSAGE(model.ok(), (model.ok() ? "" : model.error().to_string()));
-  return std::move(model).value();
-}
-
 }  // namespace
 
 TEST_CASE("sequences of different lengths in one forward equal each alone") {
   for (const char* name : {"qwen2_untied_fp16_gqa4", "llama_untied_bf16_llama3rope"}) {
-    const ModelDir model = load(name);
+    const ModelDir model = load_golden_model(name);
     for (int32_t page_size : {1, 16}) {
       CAPTURE(name);
       CAPTURE(page_size);
@@ -66,7 +60,7 @@ TEST_CASE("sequences of different lengths in one forward equal each alone") {
 }
 
 TEST_CASE("a prefill chunk and decode tokens in one forward equal each alone") {
-  const ModelDir model = load("qwen2_tied_bf16_sharded");
+  const ModelDir model = load_golden_model("qwen2_tied_bf16_sharded");
   for (int32_t page_size : {1, 16}) {
     CAPTURE(page_size);
     // Runs the same schedule either mixed or one sequence per forward; returns the logits of
@@ -102,7 +96,7 @@ TEST_CASE("a prefill chunk and decode tokens in one forward equal each alone") {
 }
 
 TEST_CASE("pages outside the block table do not change results") {
-  const ModelDir model = load("llama_tied_fp32");
+  const ModelDir model = load_golden_model("llama_tied_fp32");
   RunnerDriver clean(model, 16), poisoned(model, 16);
   poisoned.poison_all_pages();
   const auto prompt = make_prompt(37, 5, clean.vocab());
@@ -134,7 +128,7 @@ TEST_CASE("the runner keeps working after its ModelDir moves (the engine moves i
 }
 
 TEST_CASE("the thread count does not change results") {
-  const ModelDir model = load("qwen2_untied_fp16_gqa4");
+  const ModelDir model = load_golden_model("qwen2_untied_fp16_gqa4");
   const auto prompt = make_prompt(45, 6, model.config.vocab_size);
   std::vector<int32_t> tokens[3];
   std::vector<float> logits[3];

@@ -14,12 +14,6 @@ using namespace tandem::testing;
 
 namespace {
 
-ModelDir load(const std::string& name) {
-  auto model = load_model_dir(golden_model_dir(name));
-  REQUIRE_MESSAGE(model.ok(), (model.ok() ? "" : model.error().to_string()));
-  return std::move(model).value();
-}
-
 bool has(const std::string& s, const std::string& part) {
   return s.find(part) != std::string::npos;
 }
@@ -30,7 +24,7 @@ TEST_CASE("make_runner: devices") {
   CHECK(is_device_name("cuda:12", "cuda"));
   CHECK_FALSE(is_device_name("cuda:1x", "cuda"));
   CHECK_FALSE(is_device_name("cpu0", "cpu"));
-  const ModelDir model = load("llama_tied_fp32");
+  const ModelDir model = load_golden_model("llama_tied_fp32");
   RunnerOptions opts;
   opts.num_pages = 4;
   auto cpu = make_runner(model, opts);
@@ -65,7 +59,7 @@ TEST_CASE("make_runner: devices") {
 }
 
 TEST_CASE("make_cpu_runner: option validation") {
-  const ModelDir model = load("llama_tied_fp32");
+  const ModelDir model = load_golden_model("llama_tied_fp32");
   RunnerOptions opts;
   opts.page_size = 0;
   auto r = make_cpu_runner(model, opts);
@@ -85,7 +79,7 @@ TEST_CASE("make_cpu_runner: option validation") {
 }
 
 TEST_CASE("default KV pool fills about 2 GiB; view layout") {
-  const ModelDir model = load("qwen2_untied_fp16_gqa4");
+  const ModelDir model = load_golden_model("qwen2_untied_fp16_gqa4");
   const ModelConfig& c = model.config;
   RunnerOptions opts;  // num_pages = 0
   auto r = make_cpu_runner(model, opts);
@@ -106,7 +100,7 @@ TEST_CASE("default KV pool fills about 2 GiB; view layout") {
 }
 
 TEST_CASE("KV of a token lands at [page, slot, kv_head, dim] of its layer's pages") {
-  const ModelDir model = load("llama_tied_fp32");
+  const ModelDir model = load_golden_model("llama_tied_fp32");
   const ModelConfig& c = model.config;
   RunnerDriver d(model, 4, 8);
   d.poison_all_pages();
@@ -134,7 +128,7 @@ TEST_CASE("KV of a token lands at [page, slot, kv_head, dim] of its layer's page
 }
 
 TEST_CASE("sample honours valid_vocab") {
-  const ModelDir model = load("llama_tied_fp32");
+  const ModelDir model = load_golden_model("llama_tied_fp32");
   RunnerDriver d(model, 16, 8);
   TestSeq s;
   s.tokens = {1, 2, 3, 4, 5};

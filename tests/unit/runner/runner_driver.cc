@@ -16,6 +16,12 @@ std::string golden_model_dir(const std::string& name) {
   return golden_dir() + "/models/" + name;
 }
 
+ModelDir load_golden_model(const std::string& name) {
+  auto model = load_model_dir(golden_model_dir(name));
+  REQUIRE_MESSAGE(model.ok(), (model.ok() ? "" : model.error().to_string()));
+  return std::move(model).value();
+}
+
 double relative_error(const std::vector<float>& a, const std::vector<float>& b) {
   REQUIRE(a.size() == b.size());
   double max_diff = 0, max_ref = 0;

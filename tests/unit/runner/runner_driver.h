@@ -60,6 +60,8 @@ class RunnerDriver {
 };
 
 std::string golden_model_dir(const std::string& name);
+// The golden model `name` loaded (REQUIREs that it loads).
+ModelDir load_golden_model(const std::string& name);
 // max|a - b| / max|b|
 double relative_error(const std::vector<float>& a, const std::vector<float>& b);
 
