@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <optional>
 
 #include "engine/engine.h"
 #include "model/mkmodel.h"
@@ -37,6 +38,19 @@ struct Done final : EngineObserver {
   void on_tokens(TokenEvent) override {}
   void on_finished(FinishEvent) override {}
 };
+
+// One request of an 8-token prompt, max_tokens long, run to the end.
+void generate(Engine& engine, float temperature, std::optional<uint64_t> seed, int32_t max_tokens) {
+  Done done;
+  GenerateInput in;
+  in.prompt_ids = {1, 2, 3, 4, 5, 6, 7, 8};
+  in.sampling.temperature = temperature;
+  in.sampling.seed = seed;
+  in.sampling.max_tokens = max_tokens;
+  in.sampling.ignore_eos = true;
+  REQUIRE(engine.submit(1, in, &done).ok());
+  engine.run_until_idle();
+}
 
 int64_t part(const DeviceMemory& d, const std::string& prefix) {
   int64_t sum = 0;
@@ -98,14 +112,7 @@ TEST_CASE("memory breakdown adds up to cudaMemGetInfo: KV sized from utilization
   REQUIRE_MESSAGE(engine.ok(), engine.error().to_string());
   check_against_driver(**engine, false);
   // Decode steps capture graphs; their bytes join the breakdown and the sum still holds.
-  Done done;
-  GenerateInput in;
-  in.prompt_ids = {1, 2, 3, 4, 5, 6, 7, 8};
-  in.sampling.temperature = 0;
-  in.sampling.max_tokens = 6;
-  in.sampling.ignore_eos = true;
-  REQUIRE((*engine)->submit(1, in, &done).ok());
-  (*engine)->run_until_idle();
+  generate(**engine, 0.0f, std::nullopt, 6);
   check_against_driver(**engine, true);
 }
 
@@ -134,14 +141,6 @@ TEST_CASE("memory breakdown with --kv-pages and a draft on the same GPU") {
   // A sampled request speculates within them: afterwards the breakdown still matches the
   // driver, so nothing was allocated outside the plan. (Its steps are speculative: no decode
   // graph is captured, so none is expected.)
-  Done done;
-  GenerateInput in;
-  in.prompt_ids = {1, 2, 3, 4, 5, 6, 7, 8};
-  in.sampling.temperature = 0.8f;
-  in.sampling.seed = 7;
-  in.sampling.max_tokens = 24;
-  in.sampling.ignore_eos = true;
-  REQUIRE((*engine)->submit(1, in, &done).ok());
-  (*engine)->run_until_idle();
+  generate(**engine, 0.8f, 7, 24);
   check_against_driver(**engine, false);
 }
