@@ -6,6 +6,7 @@
 
 #include "cuda_check.cuh"
 #include "mma_sm80.cuh"
+#include "pdl.cuh"
 
 namespace tandem::kernels {
 namespace {
@@ -211,6 +212,10 @@ __global__ void __launch_bounds__(32 * kDecodeMaxWarps)
                                float* __restrict__ partials, __nv_bfloat16* __restrict__ out) {
   constexpr int D8 = D / 8, KC = D / 16, NT = D / 8, ST = kTcKeys / 8;
   constexpr int LPR = D8, RPI = 32 / LPR, NI = kTcKeys / RPI;  // K/V rows: lanes, rows, copies
+  // An overlapped launch (pdl.cuh) starts here while q and this token's K/V are still being
+  // written; nothing of them is read before the wait (no-ops on a plain launch).
+  pdl::allow_dependents();
+  pdl::grid_dependency_wait();
   extern __shared__ __align__(128) unsigned char smem_raw[];
   TcWarpSmem<D>* warps_sm = reinterpret_cast<TcWarpSmem<D>*>(smem_raw);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, num_warps = blockDim.x >> 5;
@@ -382,18 +387,17 @@ template <int D>
 void launch_tc(const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache,
                const int32_t* token_seq, const int32_t* positions, const int32_t* seq_page_start,
                const int32_t* page_ids, PagedAttentionShape shape, int32_t num_slices,
-               float* partials, __nv_bfloat16* out, cudaStream_t stream) {
+               float* partials, __nv_bfloat16* out, cudaStream_t stream, bool pdl) {
   const int max_warps = tc_max_warps<D>();
   const int warps = tc_warps(num_slices, max_warps);
   const int smem = warps * int(sizeof(TcWarpSmem<D>));
   // Above 48 KB a kernel must opt in (8 warps at D = 128 take 136 KB).
   TANDEM_CUDA_CHECK(cudaFuncSetAttribute(decode_attention_tc_kernel<D>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  decode_attention_tc_kernel<D>
-      <<<dim3(shape.num_tokens, shape.num_kv_heads, tc_splits(num_slices, max_warps)), 32 * warps,
-         smem, stream>>>(q, k_cache, v_cache, token_seq, positions, seq_page_start, page_ids, shape,
-                         partials, out);
-  TANDEM_CUDA_CHECK_LAUNCH();
+  pdl::launch(pdl, decode_attention_tc_kernel<D>,
+              dim3(shape.num_tokens, shape.num_kv_heads, tc_splits(num_slices, max_warps)),
+              32 * warps, smem, stream, q, k_cache, v_cache, token_seq, positions, seq_page_start,
+              page_ids, shape, partials, out);
 }
 
 // One block per (token, head): merge the splits' states. Split 0 is never empty.
@@ -429,7 +433,7 @@ void launch_decode_attention(const __nv_bfloat16* q, const __nv_bfloat16* k_cach
                              const __nv_bfloat16* v_cache, const int32_t* token_seq,
                              const int32_t* positions, const int32_t* seq_page_start,
                              const int32_t* page_ids, PagedAttentionShape shape, int32_t num_slices,
-                             float* partials, __nv_bfloat16* out, cudaStream_t stream) {
+                             float* partials, __nv_bfloat16* out, cudaStream_t stream, bool pdl) {
   if (shape.num_tokens == 0) return;
   const bool tc = decode_attention_tensor_cores(shape.head_dim);
   if (shape.head_dim > kMaxD || shape.head_dim % 8 != 0 ||
@@ -443,11 +447,11 @@ void launch_decode_attention(const __nv_bfloat16* q, const __nv_bfloat16* k_cach
   switch (shape.head_dim) {
     case 64:
       launch_tc<64>(q, k_cache, v_cache, token_seq, positions, seq_page_start, page_ids, shape,
-                    num_slices, partials, out, stream);
+                    num_slices, partials, out, stream, pdl);
       break;
     case 128:
       launch_tc<128>(q, k_cache, v_cache, token_seq, positions, seq_page_start, page_ids, shape,
-                     num_slices, partials, out, stream);
+                     num_slices, partials, out, stream, pdl);
       break;
     default:  // other head sizes: the scalar kernel, one block per slice
       decode_attention_kernel<<<dim3(shape.num_tokens, shape.num_kv_heads, num_slices), kThreads, 0,

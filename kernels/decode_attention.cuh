@@ -46,6 +46,7 @@ void launch_decode_attention(const __nv_bfloat16* q,         // [T, H * D] in
                              PagedAttentionShape shape, int32_t num_slices,
                              float* partials,     // scratch, see above
                              __nv_bfloat16* out,  // [T, H * D] out
-                             cudaStream_t stream);
+                             cudaStream_t stream,
+                             bool pdl = false);  // may overlap the kernel before (pdl.cuh, sm_90+)
 
 }  // namespace tandem::kernels

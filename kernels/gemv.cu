@@ -2,6 +2,7 @@
 
 #include "cuda_check.cuh"
 #include "gemv_warp.cuh"
+#include "pdl.cuh"
 #include "silu_mul.cuh"
 
 namespace tandem::kernels {
@@ -13,17 +14,33 @@ using gemv_warp::kWarps;
 // the H200 (7B batch 1 within 0.4%, 0.5B 0.5% slower; NOTES.md v9).
 constexpr int kRowWarps = 8;
 
+// Loads of each weight row a lane makes before the grid dependency wait of an overlapped
+// launch (pdl.cuh): all of a 0.5B's 896-feature rows, the first 512 features of longer ones.
+// The SwiGLU kernel's two rows take two each: four took it from 56 to 86 registers and from
+// four blocks an SM to two.
+constexpr int kFirstLoads = 4;
+constexpr int kFirstLoadsPair = 2;
+
 // One warp per output row. kAdd: y is the fp32 residual and gains the bf16-rounded result
-// (launch_gemv_add); else y is stored (bf16 or fp32).
-template <int M, typename Out, bool kAdd = false>
+// (launch_gemv_add); else y is stored (bf16 or fp32). kPdl: may overlap the kernel before it.
+template <int M, typename Out, bool kAdd = false, bool kPdl = false>
 __global__ void __launch_bounds__(kRowWarps * 32)
     gemv_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w, int32_t n,
                 int32_t k, int32_t ldy, Out* __restrict__ y) {
   const int row = blockIdx.x * kRowWarps + (threadIdx.x >> 5);
+  if constexpr (kPdl) pdl::allow_dependents();
   if (row >= n) return;
   const __nv_bfloat16* rows[1] = {w + int64_t(row) * k};
   float acc[1][M];
-  gemv_warp::dot_rows<M, 1>(rows, x, k, acc);
+  if constexpr (kPdl) {
+    gemv_warp::FirstLoads<1, kFirstLoads> first;
+    gemv_warp::load_first(rows, k, first);
+    pdl::grid_dependency_wait();
+    gemv_warp::dot_rows<M, 1, false, gemv_warp::kBytesInFlight, kFirstLoads>(rows, x, k, acc,
+                                                                             &first);
+  } else {
+    gemv_warp::dot_rows<M, 1>(rows, x, k, acc);
+  }
   if ((threadIdx.x & 31) != 0) return;
 #pragma unroll
   for (int t = 0; t < M; ++t) {
@@ -39,22 +56,31 @@ __global__ void __launch_bounds__(kRowWarps * 32)
 
 // Gate row r and up row r + width per warp; the epilogue rounds both to bf16 first, as the
 // unfused path stores them, so the output equals launch_gemv + launch_silu_mul bit for bit.
-// kNorm: x is RMSNorm(in.residual), staged by the block first (NormedRows).
-template <int M, bool kNorm>
+// kNorm: x is RMSNorm(in.residual), staged by the block first (NormedRows). kPdl: may overlap
+// the kernel before it.
+template <int M, bool kNorm, bool kPdl = false>
 __global__ void __launch_bounds__(kThreads)
     gemv_swiglu_kernel(const __nv_bfloat16* __restrict__ x, NormedRows in,
                        const __nv_bfloat16* __restrict__ w, int32_t width, int32_t k,
                        __nv_bfloat16* __restrict__ out) {
   extern __shared__ uint4 staged[];  // [M, k] bf16 when kNorm
+  const int row = blockIdx.x * kWarps + (threadIdx.x >> 5);
+  const int64_t r = row < width ? row : 0;  // warps past the end load row 0 and store nothing
+  const __nv_bfloat16* rows[2] = {w + r * k, w + (r + width) * k};
+  gemv_warp::FirstLoads<2, kPdl ? kFirstLoadsPair : 0> first;
+  if constexpr (kPdl) {
+    pdl::allow_dependents();
+    gemv_warp::load_first(rows, k, first);
+    pdl::grid_dependency_wait();
+  }
   if constexpr (kNorm) {
     x = reinterpret_cast<const __nv_bfloat16*>(staged);
     gemv_warp::stage_normed<M>(in, k, reinterpret_cast<__nv_bfloat16*>(staged));
   }
-  const int row = blockIdx.x * kWarps + (threadIdx.x >> 5);
   if (row >= width) return;
-  const __nv_bfloat16* rows[2] = {w + int64_t(row) * k, w + (int64_t(row) + width) * k};
   float acc[2][M];
-  gemv_warp::dot_rows<M, 2, kNorm>(rows, x, k, acc);
+  gemv_warp::dot_rows<M, 2, kNorm, gemv_warp::kBytesInFlight / 2, kPdl ? kFirstLoadsPair : 0>(
+      rows, x, k, acc, &first);
   if ((threadIdx.x & 31) != 0) return;
 #pragma unroll
   for (int t = 0; t < M; ++t) {
@@ -66,7 +92,7 @@ __global__ void __launch_bounds__(kThreads)
 
 template <bool kNorm>
 void swiglu(const __nv_bfloat16* x, const NormedRows& in, const __nv_bfloat16* w, int32_t m,
-            int32_t width, int32_t k, __nv_bfloat16* out, cudaStream_t stream) {
+            int32_t width, int32_t k, __nv_bfloat16* out, cudaStream_t stream, bool pdl = false) {
   if (m < 1 || m > kGemvMaxTokens || k % 8 != 0 ||
       (kNorm && int64_t(m) * k * 2 > kNormedRowsMaxBytes)) {
     std::fprintf(stderr, "gemv_swiglu: unsupported m=%d k=%d\n", m, k);
@@ -74,7 +100,10 @@ void swiglu(const __nv_bfloat16* x, const NormedRows& in, const __nv_bfloat16* w
   }
   const int blocks = (width + kWarps - 1) / kWarps;
   const size_t smem = kNorm ? size_t(m) * k * 2 : 0;
-  if (m == 1) {
+  if (pdl && m == 1) {
+    pdl::launch(true, gemv_swiglu_kernel<1, kNorm, true>, blocks, kThreads, smem, stream, x, in, w,
+                width, k, out);
+  } else if (m == 1) {
     gemv_swiglu_kernel<1, kNorm><<<blocks, kThreads, smem, stream>>>(x, in, w, width, k, out);
   } else {
     gemv_swiglu_kernel<2, kNorm><<<blocks, kThreads, smem, stream>>>(x, in, w, width, k, out);
@@ -118,18 +147,21 @@ void launch_gemv_swiglu(const __nv_bfloat16* x, const __nv_bfloat16* w, int32_t 
 }
 
 void launch_gemv_swiglu(const NormedRows& x, const __nv_bfloat16* w, int32_t m, int32_t width,
-                        int32_t k, __nv_bfloat16* out, cudaStream_t stream) {
-  swiglu<true>(nullptr, x, w, m, width, k, out, stream);
+                        int32_t k, __nv_bfloat16* out, cudaStream_t stream, bool pdl) {
+  swiglu<true>(nullptr, x, w, m, width, k, out, stream, pdl);
 }
 
 void launch_gemv_add(const __nv_bfloat16* x, const __nv_bfloat16* w, int32_t m, int32_t n,
-                     int32_t k, float* residual, cudaStream_t stream) {
+                     int32_t k, float* residual, cudaStream_t stream, bool pdl) {
   if (m < 1 || m > kGemvMaxTokens || k % 8 != 0) {
     std::fprintf(stderr, "gemv_add: unsupported m=%d k=%d\n", m, k);
     std::abort();
   }
   const int blocks = (n + kRowWarps - 1) / kRowWarps;
-  if (m == 1) {
+  if (pdl && m == 1) {
+    pdl::launch(true, gemv_kernel<1, float, true, true>, blocks, kRowWarps * 32, 0, stream, x, w,
+                n, k, n, residual);
+  } else if (m == 1) {
     gemv_kernel<1, float, true><<<blocks, kRowWarps * 32, 0, stream>>>(x, w, n, k, n, residual);
   } else {
     gemv_kernel<2, float, true><<<blocks, kRowWarps * 32, 0, stream>>>(x, w, n, k, n, residual);

@@ -46,17 +46,18 @@ void launch_gemv_swiglu(const __nv_bfloat16* x,  // [m, k] in
                         __nv_bfloat16* out,  // [m, width] out
                         cudaStream_t stream);
 
-// The same with x = RMSNorm(residual) (see NormedRows).
+// The same with x = RMSNorm(residual) (see NormedRows). pdl: at one token, the launch may
+// overlap the kernel before it (pdl.cuh; sm_90 and newer only).
 void launch_gemv_swiglu(const NormedRows& x, const __nv_bfloat16* w, int32_t m, int32_t width,
-                        int32_t k, __nv_bfloat16* out, cudaStream_t stream);
+                        int32_t k, __nv_bfloat16* out, cudaStream_t stream, bool pdl = false);
 
 // o_proj and down_proj for decode: residual[t, r] += bf16(Σ_k x[t, k] · w[r, k]), the residual
 // add of launch_add_rmsnorm (fp32, of the bf16-rounded projection) in the GEMV's epilogue. Each
-// row is one warp's, and x never aliases the residual, so nothing races.
+// row is one warp's, and x never aliases the residual, so nothing races. pdl: as above.
 void launch_gemv_add(const __nv_bfloat16* x,  // [m, k] in
                      const __nv_bfloat16* w,  // [n, k] in
                      int32_t m, int32_t n, int32_t k,
                      float* residual,  // [m, n] in/out
-                     cudaStream_t stream);
+                     cudaStream_t stream, bool pdl = false);
 
 }  // namespace tandem::kernels

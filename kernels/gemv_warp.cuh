@@ -31,14 +31,39 @@ __device__ __forceinline__ void fma8(float& acc, const uint4& w, const uint4& x)
   }
 }
 
+// A lane's first N 16-byte loads of each row (features 8 (lane + 32 u) .. + 7, u < N), issued
+// before the grid dependency wait of an overlapped launch (pdl.cuh): weights never depend on
+// the kernel before, so their DRAM latency hides behind its tail. Loads past the row are left
+// unset and never read.
+template <int R, int N>
+struct FirstLoads {
+  uint4 w[N > 0 ? N : 1][R];
+};
+
+template <int R, int N>
+__device__ __forceinline__ void load_first(const __nv_bfloat16* const (&rows)[R], int k,
+                                           FirstLoads<R, N>& first) {
+  const int lane = threadIdx.x & 31, k8 = k / 8;
+#pragma unroll
+  for (int u = 0; u < N; ++u) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      if (lane + 32 * u < k8)
+        first.w[u][r] = __ldcs(reinterpret_cast<const uint4*>(rows[r]) + lane + 32 * u);
+    }
+  }
+}
+
 // acc[r][t] = Σ_k rows[r][k] · x[t][k] over the warp (every lane holds the total). Each lane
 // sums features c ≡ lane (mod 32) in ascending order, then the warp reduces by xor shuffles:
-// the order depends on neither R nor the unroll. kSharedX: x is in shared memory (a block
-// staged it), else read through the read-only cache.
-template <int M, int R, bool kSharedX = false, int kUnroll = kBytesInFlight / R>
+// the order depends on neither R, the unroll nor N. kSharedX: x is in shared memory (a block
+// staged it), else read through the read-only cache. N > 0: the lane's first N loads of each
+// row were made by load_first (same sums, same bits).
+template <int M, int R, bool kSharedX = false, int kUnroll = kBytesInFlight / R, int N = 0>
 __device__ __forceinline__ void dot_rows(const __nv_bfloat16* const (&rows)[R],
                                          const __nv_bfloat16* __restrict__ x, int k,
-                                         float (&acc)[R][M]) {
+                                         float (&acc)[R][M],
+                                         const FirstLoads<R, N>* first = nullptr) {
   static_assert(kUnroll >= 1, "R <= kBytesInFlight");
   const int lane = threadIdx.x & 31;
   const uint4* x4 = reinterpret_cast<const uint4*>(x);
@@ -51,6 +76,18 @@ __device__ __forceinline__ void dot_rows(const __nv_bfloat16* const (&rows)[R],
     for (int t = 0; t < M; ++t) acc[r][t] = 0.0f;
   }
   int c = lane;
+#pragma unroll
+  for (int u = 0; u < N; ++u) {
+    if (c < k8) {  // c == lane + 32 u: the loads of load_first, in order
+#pragma unroll
+      for (int t = 0; t < M; ++t) {
+        const uint4 xv = kSharedX ? x4[t * k8 + c] : __ldg(x4 + t * k8 + c);
+#pragma unroll
+        for (int r = 0; r < R; ++r) fma8(acc[r][t], first->w[u][r], xv);
+      }
+      c += 32;
+    }
+  }
   for (; c + 32 * (kUnroll - 1) < k8; c += 32 * kUnroll) {
     uint4 wv[kUnroll][R];
 #pragma unroll

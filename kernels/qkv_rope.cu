@@ -6,6 +6,7 @@
 #include "cuda_check.cuh"
 #include "gemv.cuh"
 #include "gemv_warp.cuh"
+#include "pdl.cuh"
 
 namespace tandem::kernels {
 namespace {
@@ -18,28 +19,41 @@ __device__ __forceinline__ float bf16_round(float v) {
   return __bfloat162float(__float2bfloat16(v));
 }
 
+// Loads of each weight row a lane makes before the grid dependency wait of an overlapped
+// launch (pdl.cuh): all of a 0.5B's 896-feature rows.
+constexpr int kFirstLoads = 4;
+
 // Warp p computes rows c = h·D + i and c + D/2 (p = h·D/2 + i). kNorm: x is
-// RMSNorm(in.residual), staged by the block first (NormedRows).
-template <int M, bool kNorm>
+// RMSNorm(in.residual), staged by the block first (NormedRows). kPdl: may overlap the kernel
+// before it.
+template <int M, bool kNorm, bool kPdl = false>
 __global__ void __launch_bounds__(kPairWarps * 32)
     qkv_rope_kernel(const __nv_bfloat16* __restrict__ x, NormedRows in,
                     const __nv_bfloat16* __restrict__ w, int32_t k, RopeKvTarget a) {
   extern __shared__ uint4 staged[];  // [M, k] bf16 when kNorm
+  const int half = a.s.head_dim / 2;
+  const int pairs = (a.s.num_heads + 2 * a.s.num_kv_heads) * half;
+  const int p = blockIdx.x * kPairWarps + (threadIdx.x >> 5);
+  const int h = p / half, i = p % half;
+  // Warps past the last pair load pair 0's rows and store nothing.
+  const int64_t c = p < pairs ? int64_t(h) * a.s.head_dim + i : 0;
+  const __nv_bfloat16* rows[2] = {w + c * k, w + (c + half) * k};
+  gemv_warp::FirstLoads<2, kPdl ? kFirstLoads : 0> first;
+  if constexpr (kPdl) {
+    pdl::allow_dependents();
+    gemv_warp::load_first(rows, k, first);
+    pdl::grid_dependency_wait();
+  }
   if constexpr (kNorm) {
     x = reinterpret_cast<const __nv_bfloat16*>(staged);
     gemv_warp::stage_normed<M>(in, k, reinterpret_cast<__nv_bfloat16*>(staged));
   }
-  const int half = a.s.head_dim / 2;
-  const int pairs = (a.s.num_heads + 2 * a.s.num_kv_heads) * half;
-  const int p = blockIdx.x * kPairWarps + (threadIdx.x >> 5);
   if (p >= pairs) return;
-  const int h = p / half, i = p % half;
-  const int64_t c = int64_t(h) * a.s.head_dim + i;
-  const __nv_bfloat16* rows[2] = {w + c * k, w + (c + half) * k};
   float acc[2][M];
   // Two rows with the loads in flight per row of the one-row GEMV: the q|k|v projection is
   // latency-bound, and half as many warps as rows.
-  gemv_warp::dot_rows<M, 2, kNorm, gemv_warp::kBytesInFlight>(rows, x, k, acc);
+  gemv_warp::dot_rows<M, 2, kNorm, gemv_warp::kBytesInFlight, kPdl ? kFirstLoads : 0>(
+      rows, x, k, acc, &first);
   if ((threadIdx.x & 31) != 0) return;
 #pragma unroll
   for (int t = 0; t < M; ++t)
@@ -48,7 +62,7 @@ __global__ void __launch_bounds__(kPairWarps * 32)
 
 template <bool kNorm>
 void qkv_rope(const __nv_bfloat16* x, const NormedRows& in, const __nv_bfloat16* w, int32_t k,
-              const RopeKvTarget& a, cudaStream_t stream) {
+              const RopeKvTarget& a, cudaStream_t stream, bool pdl = false) {
   const int32_t m = a.s.num_tokens;
   if (m < 1 || m > kGemvMaxTokens || k % 8 != 0 || a.s.head_dim % 16 != 0 ||
       (kNorm && int64_t(m) * k * 2 > kNormedRowsMaxBytes)) {
@@ -59,7 +73,10 @@ void qkv_rope(const __nv_bfloat16* x, const NormedRows& in, const __nv_bfloat16*
   const int blocks = (rows / 2 + kPairWarps - 1) / kPairWarps;
   const size_t smem = kNorm ? size_t(m) * k * 2 : 0;
   static_assert(kGemvMaxTokens == 2, "one instantiation per token count");
-  if (m == 1) {
+  if (pdl && m == 1) {
+    pdl::launch(true, qkv_rope_kernel<1, kNorm, true>, blocks, kPairWarps * 32, smem, stream, x,
+                in, w, k, a);
+  } else if (m == 1) {
     qkv_rope_kernel<1, kNorm><<<blocks, kPairWarps * 32, smem, stream>>>(x, in, w, k, a);
   } else {
     qkv_rope_kernel<2, kNorm><<<blocks, kPairWarps * 32, smem, stream>>>(x, in, w, k, a);
@@ -75,8 +92,8 @@ void launch_qkv_rope_gemv(const __nv_bfloat16* x, const __nv_bfloat16* w, int32_
 }
 
 void launch_qkv_rope_gemv(const NormedRows& x, const __nv_bfloat16* w, int32_t k,
-                          const RopeKvTarget& out, cudaStream_t stream) {
-  qkv_rope<true>(nullptr, x, w, k, out, stream);
+                          const RopeKvTarget& out, cudaStream_t stream, bool pdl) {
+  qkv_rope<true>(nullptr, x, w, k, out, stream, pdl);
 }
 
 }  // namespace tandem::kernels

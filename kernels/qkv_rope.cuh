@@ -21,8 +21,8 @@ void launch_qkv_rope_gemv(const __nv_bfloat16* x,  // [T, k] in: normalised hidd
                           int32_t k, const RopeKvTarget& out, cudaStream_t stream);
 
 // The same with x = RMSNorm(residual) (NormedRows, gemv.cuh): the layer's input norm folds in
-// too.
+// too. pdl: at one token, the launch may overlap the kernel before it (pdl.cuh; sm_90+ only).
 void launch_qkv_rope_gemv(const NormedRows& x, const __nv_bfloat16* w, int32_t k,
-                          const RopeKvTarget& out, cudaStream_t stream);
+                          const RopeKvTarget& out, cudaStream_t stream, bool pdl = false);
 
 }  // namespace tandem::kernels

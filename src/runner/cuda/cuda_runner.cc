@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "core/check.h"
 #include "kernels/argmax.cuh"
@@ -123,6 +125,12 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig& config
   Result<DeviceWeights> dw = upload_weights(config, *source, /*progress=*/true);
   if (!dw.ok()) return dw.error();
   r->weights_ = std::move(dw).value();
+  // Overlapped launches of the folded single-token layers (kernels/pdl.cuh) need sm_90.
+  // TANDEM_PDL=0 turns them off (benchmark A/B).
+  int major = 0;
+  TANDEM_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, r->device_));
+  const char* pdl_env = std::getenv("TANDEM_PDL");
+  r->overlap_launches_ = major >= 9 && (pdl_env == nullptr || std::string(pdl_env) != "0");
   r->bf16_linears_ =
       std::all_of(r->weights_.layers.begin(), r->weights_.layers.end(), [](const DeviceLayer& l) {
         return l.qkv.bf16() != nullptr && l.o.bf16() != nullptr && l.gate_up.bf16() != nullptr &&
@@ -455,8 +463,10 @@ void CudaRunner::run_model(int32_t T, int32_t L) {
                                          kc,
                                          vc};
     const kernels::NormedRows input_normed{residual, w.input_norm.as<float>(), eps};
+    // The folded layers' five launches may each overlap the one before (kernels/pdl.cuh).
+    const bool pdl = fold && overlap_launches_;
     if (fold) {
-      kernels::launch_qkv_rope_gemv(input_normed, w.qkv.bf16(), H, rope_out, stream_);
+      kernels::launch_qkv_rope_gemv(input_normed, w.qkv.bf16(), H, rope_out, stream_, pdl);
     } else {
       // The previous layer's MLP output joins the residual here.
       const bool qkv_fp8 = add_rmsnorm(li == 0 ? nullptr : delta, input_normed.weight, T, w.qkv);
@@ -470,14 +480,15 @@ void CudaRunner::run_model(int32_t T, int32_t L) {
                                       q_.as<__nv_bfloat16>(), kc, vc, stream_);
       }
     }
-    attention(T, kc, vc);
+    attention(T, kc, vc, pdl);
     const kernels::NormedRows post_normed{residual, w.post_attn_norm.as<float>(), eps};
     if (fold) {
       kernels::launch_gemv_add(attn_.as<__nv_bfloat16>(), w.o.bf16(), T, H, NH * D, residual,
-                               stream_);
+                               stream_, pdl);
       kernels::launch_gemv_swiglu(post_normed, w.gate_up.bf16(), T, I, H, act_.as<__nv_bfloat16>(),
-                                  stream_);
-      kernels::launch_gemv_add(act_.as<__nv_bfloat16>(), w.down.bf16(), T, H, I, residual, stream_);
+                                  stream_, pdl);
+      kernels::launch_gemv_add(act_.as<__nv_bfloat16>(), w.down.bf16(), T, H, I, residual, stream_,
+                               pdl);
       continue;
     }
     linear(attn_.as<__nv_bfloat16>(), w.o, T, delta);
@@ -514,7 +525,8 @@ void CudaRunner::run_model(int32_t T, int32_t L) {
   }
 }
 
-void CudaRunner::attention(int32_t T, const __nv_bfloat16* kc, const __nv_bfloat16* vc) {
+void CudaRunner::attention(int32_t T, const __nv_bfloat16* kc, const __nv_bfloat16* vc,
+                           bool pdl) {
   const ModelConfig& c = config_;
   const int32_t D = int32_t(c.head_dim);
   const int32_t* meta = meta_dev_.as<int32_t>();
@@ -530,7 +542,8 @@ void CudaRunner::attention(int32_t T, const __nv_bfloat16* kc, const __nv_bfloat
   } else if (decode_slices_ > 0) {
     kernels::launch_decode_attention(q, kc, vc, meta + off_token_seq_, meta + off_positions_,
                                      meta + off_seq_page_start_, meta + off_page_ids_, shape,
-                                     decode_slices_, attn_partials_.as<float>(), out, stream_);
+                                     decode_slices_, attn_partials_.as<float>(), out, stream_,
+                                     pdl);
   } else {
     kernels::launch_paged_attention(q, kc, vc, meta + off_token_seq_, meta + off_positions_,
                                     meta + off_seq_page_start_, meta + off_page_ids_, shape, out,

@@ -75,7 +75,9 @@ class CudaRunner final : public ModelRunner {
   void run_model(int32_t num_tokens, int32_t num_logits);
   // One layer's attention over the pages (kernel by batch shape: prefill tiles, split-K decode,
   // or per query head), q_ in, attn_ out.
-  void attention(int32_t num_tokens, const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache);
+  // pdl: the decode kernel may overlap the launch before it (kernels/pdl.cuh).
+  void attention(int32_t num_tokens, const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache,
+                 bool pdl = false);
   // Whether a forward of this many tokens folds the RMSNorms and residual adds into the GEMVs.
   bool folds_norms(int32_t num_tokens) const;
   void linear(const __nv_bfloat16* x, const DeviceLinear& w, int32_t m, void* y) {
@@ -100,6 +102,7 @@ class CudaRunner final : public ModelRunner {
   int32_t max_page_refs_ = 0;
   bool use_graphs_ = true;
   bool bf16_linears_ = false;  // every layer's Linears are plain bf16 (the GEMV kernels' input)
+  bool overlap_launches_ = false;  // sm_90+: folded layers' launches overlap (kernels/pdl.cuh)
   MemoryPlan plan_;            // set once by make_cuda_runner
   std::atomic<int64_t> graph_bytes_{0};        // measured at each graph instantiation
   std::atomic<int64_t> free_after_graphs_{0};  // driver free bytes after the last one
