@@ -1,6 +1,7 @@
 #include "embedding.cuh"
 
 #include "cuda_check.cuh"
+#include "pdl.cuh"
 
 namespace tandem::kernels {
 namespace {
@@ -9,6 +10,8 @@ template <typename Out>
 __global__ void gather_rows_kernel(const __nv_bfloat16* __restrict__ in,
                                    const int32_t* __restrict__ rows, int32_t width,
                                    Out* __restrict__ out) {
+  pdl::allow_dependents();  // no-ops on a plain launch
+  pdl::grid_dependency_wait();
   const int64_t src = int64_t(rows[blockIdx.x]) * width;
   const int64_t dst = int64_t(blockIdx.x) * width;
   for (int32_t c = threadIdx.x; c < width; c += blockDim.x) {
@@ -30,10 +33,10 @@ void launch_gather_rows_to_f32(const __nv_bfloat16* table, const int32_t* rows, 
 }
 
 void launch_gather_rows_bf16(const __nv_bfloat16* in, const int32_t* rows, int32_t num_rows,
-                             int32_t width, __nv_bfloat16* out, cudaStream_t stream) {
+                             int32_t width, __nv_bfloat16* out, cudaStream_t stream, bool pdl) {
   if (num_rows == 0) return;
-  gather_rows_kernel<__nv_bfloat16><<<num_rows, 256, 0, stream>>>(in, rows, width, out);
-  TANDEM_CUDA_CHECK_LAUNCH();
+  pdl::launch(pdl, gather_rows_kernel<__nv_bfloat16>, num_rows, 256, 0, stream, in, rows, width,
+              out);
 }
 
 }  // namespace tandem::kernels

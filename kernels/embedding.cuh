@@ -21,6 +21,7 @@ void launch_gather_rows_bf16(const __nv_bfloat16* in,  // [*, width] in
                              const int32_t* rows,      // [num_rows] in
                              int32_t num_rows, int32_t width,
                              __nv_bfloat16* out,  // [num_rows, width] out
-                             cudaStream_t stream);
+                             cudaStream_t stream,
+                             bool pdl = false);  // may overlap the launch before (pdl.cuh)
 
 }  // namespace tandem::kernels

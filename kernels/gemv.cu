@@ -113,11 +113,14 @@ void swiglu(const __nv_bfloat16* x, const NormedRows& in, const __nv_bfloat16* w
 
 template <typename Out>
 void dispatch(const __nv_bfloat16* x, const __nv_bfloat16* w, int32_t m, int32_t n, int32_t k,
-              int32_t ldy, Out* y, cudaStream_t stream) {
+              int32_t ldy, Out* y, cudaStream_t stream, bool pdl) {
   const int blocks = (n + kRowWarps - 1) / kRowWarps;
   const int threads = kRowWarps * 32;
   static_assert(kGemvMaxTokens == 2, "one instantiation per token count");
-  if (m == 1) {
+  if (pdl && m == 1) {
+    pdl::launch(true, gemv_kernel<1, Out, false, true>, blocks, threads, 0, stream, x, w, n, k, ldy,
+                y);
+  } else if (m == 1) {
     gemv_kernel<1, Out><<<blocks, threads, 0, stream>>>(x, w, n, k, ldy, y);
   } else {
     gemv_kernel<2, Out><<<blocks, threads, 0, stream>>>(x, w, n, k, ldy, y);
@@ -127,23 +130,23 @@ void dispatch(const __nv_bfloat16* x, const __nv_bfloat16* w, int32_t m, int32_t
 }  // namespace
 
 void launch_gemv(const __nv_bfloat16* x, const __nv_bfloat16* w, int32_t m, int32_t n, int32_t k,
-                 void* y, bool out_f32, cudaStream_t stream, int32_t ldy) {
+                 void* y, bool out_f32, cudaStream_t stream, int32_t ldy, bool pdl) {
   if (m < 1 || m > kGemvMaxTokens || k % 8 != 0) {
     std::fprintf(stderr, "gemv: unsupported m=%d k=%d\n", m, k);
     std::abort();
   }
   if (ldy <= 0) ldy = n;
   if (out_f32) {
-    dispatch(x, w, m, n, k, ldy, static_cast<float*>(y), stream);
+    dispatch(x, w, m, n, k, ldy, static_cast<float*>(y), stream, pdl);
   } else {
-    dispatch(x, w, m, n, k, ldy, static_cast<__nv_bfloat16*>(y), stream);
+    dispatch(x, w, m, n, k, ldy, static_cast<__nv_bfloat16*>(y), stream, pdl);
   }
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 
 void launch_gemv_swiglu(const __nv_bfloat16* x, const __nv_bfloat16* w, int32_t m, int32_t width,
-                        int32_t k, __nv_bfloat16* out, cudaStream_t stream) {
-  swiglu<false>(x, NormedRows{}, w, m, width, k, out, stream);
+                        int32_t k, __nv_bfloat16* out, cudaStream_t stream, bool pdl) {
+  swiglu<false>(x, NormedRows{}, w, m, width, k, out, stream, pdl);
 }
 
 void launch_gemv_swiglu(const NormedRows& x, const __nv_bfloat16* w, int32_t m, int32_t width,
@@ -159,8 +162,8 @@ void launch_gemv_add(const __nv_bfloat16* x, const __nv_bfloat16* w, int32_t m, 
   }
   const int blocks = (n + kRowWarps - 1) / kRowWarps;
   if (pdl && m == 1) {
-    pdl::launch(true, gemv_kernel<1, float, true, true>, blocks, kRowWarps * 32, 0, stream, x, w,
-                n, k, n, residual);
+    pdl::launch(true, gemv_kernel<1, float, true, true>, blocks, kRowWarps * 32, 0, stream, x, w, n,
+                k, n, residual);
   } else if (m == 1) {
     gemv_kernel<1, float, true><<<blocks, kRowWarps * 32, 0, stream>>>(x, w, n, k, n, residual);
   } else {

@@ -34,8 +34,9 @@ constexpr int32_t kNormedRowsMaxBytes = 48 * 1024;
 void launch_gemv(const __nv_bfloat16* x,  // [m, k] in
                  const __nv_bfloat16* w,  // [n, k] in (HF Linear layout)
                  int32_t m, int32_t n, int32_t k,
-                 void* y,                                              // [m, ldy] out, bf16 or fp32
-                 bool out_f32, cudaStream_t stream, int32_t ldy = 0);  // 0: ldy = n
+                 void* y,                                             // [m, ldy] out, bf16 or fp32
+                 bool out_f32, cudaStream_t stream, int32_t ldy = 0,  // 0: ldy = n
+                 bool pdl = false);  // one token: may overlap the launch before (pdl.cuh, sm_90+)
 
 // The MLP's first half for decode: out[t, r] = silu(gate[t, r]) * up[t, r] where gate and up are
 // rows r and r + width of the stacked gate|up matrix, without the [m, 2 * width] round trip
@@ -43,8 +44,8 @@ void launch_gemv(const __nv_bfloat16* x,  // [m, k] in
 void launch_gemv_swiglu(const __nv_bfloat16* x,  // [m, k] in
                         const __nv_bfloat16* w,  // [2 * width, k] in: gate rows, then up rows
                         int32_t m, int32_t width, int32_t k,
-                        __nv_bfloat16* out,  // [m, width] out
-                        cudaStream_t stream);
+                        __nv_bfloat16* out,                      // [m, width] out
+                        cudaStream_t stream, bool pdl = false);  // as launch_gemv's
 
 // The same with x = RMSNorm(residual) (see NormedRows). pdl: at one token, the launch may
 // overlap the kernel before it (pdl.cuh; sm_90 and newer only).

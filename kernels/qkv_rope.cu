@@ -52,8 +52,8 @@ __global__ void __launch_bounds__(kPairWarps * 32)
   float acc[2][M];
   // Two rows with the loads in flight per row of the one-row GEMV: the q|k|v projection is
   // latency-bound, and half as many warps as rows.
-  gemv_warp::dot_rows<M, 2, kNorm, gemv_warp::kBytesInFlight, kPdl ? kFirstLoads : 0>(
-      rows, x, k, acc, &first);
+  gemv_warp::dot_rows<M, 2, kNorm, gemv_warp::kBytesInFlight, kPdl ? kFirstLoads : 0>(rows, x, k,
+                                                                                      acc, &first);
   if ((threadIdx.x & 31) != 0) return;
 #pragma unroll
   for (int t = 0; t < M; ++t)
@@ -74,8 +74,8 @@ void qkv_rope(const __nv_bfloat16* x, const NormedRows& in, const __nv_bfloat16*
   const size_t smem = kNorm ? size_t(m) * k * 2 : 0;
   static_assert(kGemvMaxTokens == 2, "one instantiation per token count");
   if (pdl && m == 1) {
-    pdl::launch(true, qkv_rope_kernel<1, kNorm, true>, blocks, kPairWarps * 32, smem, stream, x,
-                in, w, k, a);
+    pdl::launch(true, qkv_rope_kernel<1, kNorm, true>, blocks, kPairWarps * 32, smem, stream, x, in,
+                w, k, a);
   } else if (m == 1) {
     qkv_rope_kernel<1, kNorm><<<blocks, kPairWarps * 32, smem, stream>>>(x, in, w, k, a);
   } else {
@@ -87,8 +87,8 @@ void qkv_rope(const __nv_bfloat16* x, const NormedRows& in, const __nv_bfloat16*
 }  // namespace
 
 void launch_qkv_rope_gemv(const __nv_bfloat16* x, const __nv_bfloat16* w, int32_t k,
-                          const RopeKvTarget& out, cudaStream_t stream) {
-  qkv_rope<false>(x, NormedRows{}, w, k, out, stream);
+                          const RopeKvTarget& out, cudaStream_t stream, bool pdl) {
+  qkv_rope<false>(x, NormedRows{}, w, k, out, stream, pdl);
 }
 
 void launch_qkv_rope_gemv(const NormedRows& x, const __nv_bfloat16* w, int32_t k,

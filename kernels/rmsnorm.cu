@@ -8,6 +8,7 @@
 #include "block_reduce.cuh"
 #include "cuda_check.cuh"
 #include "fp8_quant.cuh"
+#include "pdl.cuh"
 
 namespace tandem::kernels {
 namespace {
@@ -25,13 +26,20 @@ __device__ __forceinline__ float add_and_inv_rms(float* __restrict__ residual,
                                                  float eps, int64_t base, float* v, float* wv,
                                                  float* scratch) {
   float ss = 0.0f;
+  // The weights load with the row, not after the reduction's barriers: one memory latency less
+  // on a kernel that is all latency at decode sizes. They are loaded before the wait of an
+  // overlapped launch (pdl.cuh; a no-op on a plain one), the row after it.
+#pragma unroll
+  for (int i = 0; i < kPerThread; ++i) {
+    const int c = threadIdx.x + i * int(blockDim.x);
+    wv[i] = c < width ? weight[c] : 0.0f;
+  }
+  pdl::allow_dependents();
+  pdl::grid_dependency_wait();
 #pragma unroll
   for (int i = 0; i < kPerThread; ++i) {
     const int c = threadIdx.x + i * int(blockDim.x);
     v[i] = 0.0f;
-    // The weights load with the row, not after the reduction's barriers: one memory latency
-    // less on a kernel that is all latency at decode sizes.
-    wv[i] = c < width ? weight[c] : 0.0f;
     if (c < width) {
       float x = residual[base + c];
       if (delta != nullptr) {
@@ -128,11 +136,11 @@ void launch_add_rmsnorm_fp8(float* residual, const __nv_bfloat16* delta, const f
 
 void launch_add_rmsnorm(float* residual, const __nv_bfloat16* delta, const float* weight,
                         int32_t rows, int32_t width, float eps, __nv_bfloat16* out,
-                        cudaStream_t stream) {
+                        cudaStream_t stream, bool pdl) {
   if (rows == 0) return;
   launch_rows("add_rmsnorm", width, [&](auto per_thread, int threads) {
-    add_rmsnorm_kernel<decltype(per_thread)::value>
-        <<<rows, threads, 0, stream>>>(residual, delta, weight, width, eps, out);
+    pdl::launch(pdl, add_rmsnorm_kernel<decltype(per_thread)::value>, rows, threads, 0, stream,
+                residual, delta, weight, width, eps, out);
   });
 }
 

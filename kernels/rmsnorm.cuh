@@ -16,7 +16,8 @@ void launch_add_rmsnorm(float* residual,             // [rows, width] in/out
                         const float* weight,         // [width] in
                         int32_t rows, int32_t width, float eps,
                         __nv_bfloat16* out,  // [rows, width] out
-                        cudaStream_t stream);
+                        cudaStream_t stream,
+                        bool pdl = false);  // may overlap the launch before (pdl.cuh)
 
 // W8A8 activations of the normalised rows, per token (launch_fp8_quantize with group = width):
 // a static scale when set, else max(min(amax, scale_ub) / 448, 1 / (448 · 512)).
