@@ -145,8 +145,8 @@ void launch_gemv(const __nv_bfloat16* x, const __nv_bfloat16* w, int32_t m, int3
 }
 
 void launch_gemv_swiglu(const __nv_bfloat16* x, const __nv_bfloat16* w, int32_t m, int32_t width,
-                        int32_t k, __nv_bfloat16* out, cudaStream_t stream, bool pdl) {
-  swiglu<false>(x, NormedRows{}, w, m, width, k, out, stream, pdl);
+                        int32_t k, __nv_bfloat16* out, cudaStream_t stream) {
+  swiglu<false>(x, NormedRows{}, w, m, width, k, out, stream);
 }
 
 void launch_gemv_swiglu(const NormedRows& x, const __nv_bfloat16* w, int32_t m, int32_t width,

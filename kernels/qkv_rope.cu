@@ -87,8 +87,8 @@ void qkv_rope(const __nv_bfloat16* x, const NormedRows& in, const __nv_bfloat16*
 }  // namespace
 
 void launch_qkv_rope_gemv(const __nv_bfloat16* x, const __nv_bfloat16* w, int32_t k,
-                          const RopeKvTarget& out, cudaStream_t stream, bool pdl) {
-  qkv_rope<false>(x, NormedRows{}, w, k, out, stream, pdl);
+                          const RopeKvTarget& out, cudaStream_t stream) {
+  qkv_rope<false>(x, NormedRows{}, w, k, out, stream);
 }
 
 void launch_qkv_rope_gemv(const NormedRows& x, const __nv_bfloat16* w, int32_t k,

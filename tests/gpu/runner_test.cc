@@ -4,7 +4,6 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 
 #include "gpu_test_util.h"
@@ -45,11 +44,11 @@ struct TinyModel {
   }
 };
 
-TinyModel make_tiny(int64_t head_dim = 16, int64_t hidden = 64) {
+TinyModel make_tiny(int64_t head_dim = 16) {
   TinyModel m;
   ModelConfig& c = m.config;
   c.arch = Arch::kQwen2;
-  c.hidden_size = hidden;
+  c.hidden_size = 64;
   c.intermediate_size = 96;
   c.num_layers = 2;
   c.num_heads = 4;
@@ -257,56 +256,51 @@ TEST_CASE("CUDA runner: chunked prefill and graph decode match the fp64 referenc
 }
 
 TEST_CASE("CUDA runner: overlapped single-token launches give the plain launches' bits") {
-  // On sm_90 a one-token step's launches may overlap the one before (kernels/pdl.cuh): weights
-  // are read before the wait, everything else after it. A read or write on the wrong side of
-  // the wait shows up as logits that differ from the plain launches' (TANDEM_PDL=0). Hidden 64
-  // folds the norms into the GEMVs (five launches a layer), 1,088 does not (seven, the bf16
-  // targets' path); TANDEM_PDL=15 overlaps both and the head. Head size 64 takes the
-  // tensor-core decode attention, the kernel that honours the overlap.
-  for (const int64_t hidden : {int64_t(64), int64_t(1088)}) {
-    CAPTURE(hidden);
-    TinyModel m = make_tiny(64, hidden);
-    const RunnerOptions opts = tiny_options();
-    std::vector<int32_t> prompt;
-    for (int i = 0; i < 37; ++i) prompt.push_back((i * 37 + 11) % 290);
-    const std::vector<int32_t> pages = {9, 3, 40, 7};
-    auto run = [&](bool overlap, bool graphs) {
-      setenv("TANDEM_PDL", overlap ? "15" : "0", 1);
-      auto created = CudaRunner::create(m.config, m.weights, opts);
-      unsetenv("TANDEM_PDL");
-      REQUIRE(created.ok());
-      CudaRunner& r = **created;
-      r.set_use_graphs(graphs);
-      std::vector<int32_t> seq = prompt;
-      std::vector<float> all, logits(size_t(m.config.vocab_size));
-      SeqSlice s{0, 37, 37, pages};
-      std::vector<int32_t> rows = {36};
-      r.forward(ForwardBatch{seq, std::span(&s, 1), rows});
-      for (int step = 0; step < 12; ++step) {
-        r.copy_logits(logits);
-        all.insert(all.end(), logits.begin(), logits.end());
-        size_t best = 0;
-        for (size_t i = 1; i < 290; ++i)
-          if (logits[i] > logits[best]) best = i;
-        seq.push_back(int32_t(best));
-        const std::vector<int32_t> token = {seq.back()};
-        s = SeqSlice{0, 1, int32_t(seq.size()), pages};
-        rows = {0};
-        r.forward(ForwardBatch{token, std::span(&s, 1), rows});
-      }
+  // One-token steps of a model this narrow fold the norms into the GEMVs, and on sm_90 each of
+  // their launches may overlap the one before (kernels/pdl.cuh): weights are read before the
+  // wait, everything else after it. A read or write on the wrong side of the wait shows up as
+  // logits that differ from the plain launches'. Head size 64 takes the tensor-core decode
+  // attention, the kernel that honours the overlap.
+  TinyModel m = make_tiny(64);
+  const RunnerOptions opts = tiny_options();
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 37; ++i) prompt.push_back((i * 37 + 11) % 290);
+  const std::vector<int32_t> pages = {9, 3, 40, 7};
+  auto run = [&](bool overlap, bool graphs) {
+    auto created = CudaRunner::create(m.config, m.weights, opts);
+    REQUIRE(created.ok());
+    CudaRunner& r = **created;
+    r.set_use_graphs(graphs);
+    r.set_overlap_launches(overlap);
+    std::vector<int32_t> seq = prompt;
+    std::vector<float> all, logits(size_t(m.config.vocab_size));
+    SeqSlice s{0, 37, 37, pages};
+    std::vector<int32_t> rows = {36};
+    r.forward(ForwardBatch{seq, std::span(&s, 1), rows});
+    for (int step = 0; step < 12; ++step) {
       r.copy_logits(logits);
-      CHECK(rel_error(logits, reference_logits(m, seq)) < 1e-2);
       all.insert(all.end(), logits.begin(), logits.end());
-      return all;
-    };
-    for (bool graphs : {true, false}) {
-      CAPTURE(graphs);
-      const std::vector<float> plain = run(false, graphs);
-      for (int rerun = 0; rerun < 3; ++rerun) {
-        const std::vector<float> overlapped = run(true, graphs);
-        REQUIRE(overlapped.size() == plain.size());
-        CHECK(std::memcmp(overlapped.data(), plain.data(), plain.size() * sizeof(float)) == 0);
-      }
+      size_t best = 0;
+      for (size_t i = 1; i < 290; ++i)
+        if (logits[i] > logits[best]) best = i;
+      seq.push_back(int32_t(best));
+      const std::vector<int32_t> token = {seq.back()};
+      s = SeqSlice{0, 1, int32_t(seq.size()), pages};
+      rows = {0};
+      r.forward(ForwardBatch{token, std::span(&s, 1), rows});
+    }
+    r.copy_logits(logits);
+    CHECK(rel_error(logits, reference_logits(m, seq)) < 1e-2);
+    all.insert(all.end(), logits.begin(), logits.end());
+    return all;
+  };
+  for (bool graphs : {true, false}) {
+    CAPTURE(graphs);
+    const std::vector<float> plain = run(false, graphs);
+    for (int rerun = 0; rerun < 3; ++rerun) {
+      const std::vector<float> overlapped = run(true, graphs);
+      REQUIRE(overlapped.size() == plain.size());
+      CHECK(std::memcmp(overlapped.data(), plain.data(), plain.size() * sizeof(float)) == 0);
     }
   }
 }

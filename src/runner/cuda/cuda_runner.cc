@@ -3,9 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
-#include <string>
 
 #include "core/check.h"
 #include "kernels/argmax.cuh"
@@ -51,13 +49,6 @@ constexpr int64_t kDecodeTcMinSliceKeys = 32;
 // blocks reads 28 KB per token from L2 and holds the staged rows in shared memory. At batch 2
 // the 0.5B lost too (1.41 -> 1.43 ms), so only single-token steps fold.
 constexpr int64_t kFoldNormsMaxHidden = 1024;
-
-// Single-token launches that may overlap the one before (kernels/pdl.cuh), as bits:
-constexpr int kOverlapFolded = 1;       // the folded layers' five launches (the drafts)
-constexpr int kOverlapNotSidePass = 2;  // but not in forwards without logits (the draft's KV
-                                        // pass that runs beside the target's verify)
-constexpr int kOverlapUnfolded = 4;     // the unfolded layers' seven (bf16 targets)
-constexpr int kOverlapHead = 8;         // the final norm, the row gather and lm_head
 
 }  // namespace
 
@@ -132,13 +123,9 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig& config
   Result<DeviceWeights> dw = upload_weights(config, *source, /*progress=*/true);
   if (!dw.ok()) return dw.error();
   r->weights_ = std::move(dw).value();
-  // Overlapped launches (kernels/pdl.cuh) need sm_90. TANDEM_PDL=<kOverlap* bits> picks which
-  // (benchmark A/B; 0 = none).
   int major = 0;
   TANDEM_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, r->device_));
-  const char* pdl_env = std::getenv("TANDEM_PDL");
-  const int overlap = pdl_env != nullptr ? std::atoi(pdl_env) : kOverlapFolded;
-  r->overlap_launches_ = major >= 9 ? overlap : 0;
+  r->overlap_capable_ = major >= 9;  // programmatic dependent launch (kernels/pdl.cuh)
   r->bf16_linears_ =
       std::all_of(r->weights_.layers.begin(), r->weights_.layers.end(), [](const DeviceLayer& l) {
         return l.qkv.bf16() != nullptr && l.o.bf16() != nullptr && l.gate_up.bf16() != nullptr &&
@@ -456,12 +443,14 @@ void CudaRunner::run_model(int32_t T, int32_t L) {
   // Single-token decode of a small model through bf16 weights: each RMSNorm folds into the GEMV
   // that reads it and each residual add into the GEMV that feeds it (5 launches a layer, not 7).
   const bool fold = folds_norms(T);
-  // Which single-token launches may overlap the one before (kernels/pdl.cuh).
-  const bool side_pass = L == 0 && (overlap_launches_ & kOverlapNotSidePass) != 0;
-  const bool fold_pdl = fold && (overlap_launches_ & kOverlapFolded) != 0 && !side_pass;
-  const bool single_pdl =
-      !fold && T == 1 && bf16_linears_ && (overlap_launches_ & kOverlapUnfolded) != 0 && !side_pass;
-  const bool head_pdl = (fold_pdl || single_pdl) && (overlap_launches_ & kOverlapHead) != 0;
+  // Each launch of a folded step may overlap the one before (kernels/pdl.cuh): its weight loads
+  // and launch hide behind the previous kernel's tail. Measured on the H200 (NOTES.md v17):
+  // Qwen2.5-0.5B batch 1 0.78 -> 0.675 ms, 0.652 with the head's three launches too. Not in a
+  // forward without logits: that is the draft's KV pass beside the target's verify, whose
+  // waiting blocks took SM slots from the verify (4.63 -> 4.88 ms at k = 8). Not for the
+  // unfolded layers either: the 7B's step went 3.88 -> 4.07 ms, the 8B's 4.22 -> 4.52 (their
+  // grids fill the GPU, and the early blocks only sit on its slots).
+  const bool pdl = fold && overlap_capable_ && overlap_launches_ && L > 0;
   for (int32_t li = 0; li < int32_t(c.num_layers); ++li) {
     const DeviceLayer& w = weights_.layers[size_t(li)];
     __nv_bfloat16* kc = k_cache_.as<__nv_bfloat16>() + li * layer_kv;
@@ -477,17 +466,14 @@ void CudaRunner::run_model(int32_t T, int32_t L) {
                                          kc,
                                          vc};
     const kernels::NormedRows input_normed{residual, w.input_norm.as<float>(), eps};
-    // The folded layers' five launches may each overlap the one before (kernels/pdl.cuh).
-    const bool pdl = fold ? fold_pdl : single_pdl;
     if (fold) {
       kernels::launch_qkv_rope_gemv(input_normed, w.qkv.bf16(), H, rope_out, stream_, pdl);
     } else {
       // The previous layer's MLP output joins the residual here.
-      const bool qkv_fp8 =
-          add_rmsnorm(li == 0 ? nullptr : delta, input_normed.weight, T, w.qkv, pdl);
+      const bool qkv_fp8 = add_rmsnorm(li == 0 ? nullptr : delta, input_normed.weight, T, w.qkv);
       if (T <= kernels::kGemvMaxTokens && w.qkv.bf16() != nullptr && D % 16 == 0) {
         // Decode: RoPE and the K/V write in the projection's epilogue (the same bits).
-        kernels::launch_qkv_rope_gemv(normed, w.qkv.bf16(), H, rope_out, stream_, pdl);
+        kernels::launch_qkv_rope_gemv(normed, w.qkv.bf16(), H, rope_out, stream_);
       } else {
         linear_after_norm(normed, w.qkv, T, qkv_.ptr(), qkv_fp8);
         kernels::launch_rope_kv_write(qkv_.as<__nv_bfloat16>(), qkv_bias, meta + off_positions_,
@@ -506,14 +492,14 @@ void CudaRunner::run_model(int32_t T, int32_t L) {
                                pdl);
       continue;
     }
-    linear(attn_.as<__nv_bfloat16>(), w.o, T, delta, pdl);
-    const bool gate_up_fp8 = add_rmsnorm(delta, post_normed.weight, T, w.gate_up, pdl);
+    linear(attn_.as<__nv_bfloat16>(), w.o, T, delta);
+    const bool gate_up_fp8 = add_rmsnorm(delta, post_normed.weight, T, w.gate_up);
     // The SwiGLU fused into the projection: the GEMV for one token (4.55 vs 4.59 ms a 7B step,
     // NOTES.md v8), the skinny GEMM for 2-16 (7B gate|up 62.8-68.5 us against 75 for cuBLASLt
     // and silu_mul, v15); each the same bits as its unfused pair.
     if (T < kernels::kSkinnyMinTokens && w.gate_up.bf16() != nullptr) {
       kernels::launch_gemv_swiglu(normed, w.gate_up.bf16(), T, I, H, act_.as<__nv_bfloat16>(),
-                                  stream_, pdl);
+                                  stream_);
     } else if (kernels::skinny_swiglu_wins(T) && w.gate_up.bf16() != nullptr) {
       kernels::launch_skinny_swiglu(normed, w.gate_up.bf16(), T, I, H, act_.as<__nv_bfloat16>(),
                                     stream_);
@@ -522,18 +508,18 @@ void CudaRunner::run_model(int32_t T, int32_t L) {
       kernels::launch_silu_mul(gate_up_.as<__nv_bfloat16>(), T, I, act_.as<__nv_bfloat16>(),
                                stream_);
     }
-    linear(act_.as<__nv_bfloat16>(), w.down, T, delta, pdl);
+    linear(act_.as<__nv_bfloat16>(), w.down, T, delta);
   }
   // Folded layers left the residual complete; otherwise the last MLP output joins it here.
   kernels::launch_add_rmsnorm(residual, fold ? nullptr : delta, weights_.final_norm.as<float>(), T,
-                              H, eps, normed, stream_, head_pdl);
+                              H, eps, normed, stream_, pdl);
   if (L == 0) return;
   kernels::launch_gather_rows_bf16(normed, meta + off_logit_rows_, L, H,
-                                   picked_.as<__nv_bfloat16>(), stream_, head_pdl);
+                                   picked_.as<__nv_bfloat16>(), stream_, pdl);
   // lm_head stays bf16 in every format (quantized checkpoints keep it as stored).
   if (L <= kernels::kGemvMaxTokens) {
     kernels::launch_gemv(picked_.as<__nv_bfloat16>(), weights_.lm_head(), L, int32_t(c.vocab_size),
-                         H, logits_.ptr(), true, stream_, 0, head_pdl && L == 1);
+                         H, logits_.ptr(), true, stream_, 0, pdl);
   } else {
     gemm_->run(picked_.as<__nv_bfloat16>(), weights_.lm_head(), L, int32_t(c.vocab_size), H,
                logits_.ptr(), true, stream_);
@@ -565,7 +551,7 @@ void CudaRunner::attention(int32_t T, const __nv_bfloat16* kc, const __nv_bfloat
 }
 
 bool CudaRunner::add_rmsnorm(const __nv_bfloat16* delta, const float* norm_weight, int32_t T,
-                             const DeviceLinear& next, bool pdl) {
+                             const DeviceLinear& next) {
   const ModelConfig& c = config_;
   float* residual = residual_.as<float>();
   auto* normed = normed_.as<__nv_bfloat16>();
@@ -573,7 +559,7 @@ bool CudaRunner::add_rmsnorm(const __nv_bfloat16* delta, const float* norm_weigh
   const int32_t H = int32_t(c.hidden_size);
   TokenFp8Input fp8;
   if (!token_fp8_input(next, &fp8)) {
-    kernels::launch_add_rmsnorm(residual, delta, norm_weight, T, H, eps, normed, stream_, pdl);
+    kernels::launch_add_rmsnorm(residual, delta, norm_weight, T, H, eps, normed, stream_);
     return false;
   }
   const kernels::Fp8RowQuant quant{linear_scratch_.xq.as<uint8_t>(),

@@ -64,6 +64,9 @@ class CudaRunner final : public ModelRunner {
 
   // Graph replay on or off (benchmarks compare the two; tests run both).
   void set_use_graphs(bool on) { use_graphs_ = on; }
+  // Tests: whether folded one-token steps overlap their launches (kernels/pdl.cuh; on by
+  // default, where the device has it). Before the first forward: graphs keep what they captured.
+  void set_overlap_launches(bool on) { overlap_launches_ = on; }
   cudaStream_t stream() const { return stream_; }
 
  private:
@@ -80,14 +83,14 @@ class CudaRunner final : public ModelRunner {
                  bool pdl = false);
   // Whether a forward of this many tokens folds the RMSNorms and residual adds into the GEMVs.
   bool folds_norms(int32_t num_tokens) const;
-  void linear(const __nv_bfloat16* x, const DeviceLinear& w, int32_t m, void* y, bool pdl = false) {
-    run_linear(w, x, m, y, /*out_f32=*/false, linear_scratch_, stream_, pdl);
+  void linear(const __nv_bfloat16* x, const DeviceLinear& w, int32_t m, void* y) {
+    run_linear(w, x, m, y, /*out_f32=*/false, linear_scratch_, stream_);
   }
   // residual_ += delta (when not null) and normed_ = RMSNorm(residual_) · norm_weight; when
   // `next` (the Linear that reads normed_) is W8A8 with one scale a token, also its quantized
   // input, in the same launch: returns whether it did (then linear_after_norm skips quantizing).
   bool add_rmsnorm(const __nv_bfloat16* delta, const float* norm_weight, int32_t m,
-                   const DeviceLinear& next, bool pdl = false);
+                   const DeviceLinear& next);
   void linear_after_norm(const __nv_bfloat16* normed, const DeviceLinear& w, int32_t m, void* y,
                          bool quantized);
 
@@ -103,8 +106,9 @@ class CudaRunner final : public ModelRunner {
   bool use_graphs_ = true;
   bool bf16_linears_ = false;  // every layer's Linears are plain bf16 (the GEMV kernels' input)
   // Which launches may overlap the one before (kernels/pdl.cuh; sm_90+), kOverlap* bits.
-  int overlap_launches_ = 0;
-  MemoryPlan plan_;                            // set once by make_cuda_runner
+  bool overlap_capable_ = false;  // sm_90+: launches may overlap the one before (kernels/pdl.cuh)
+  bool overlap_launches_ = true;  // and folded steps use it (set_overlap_launches)
+  MemoryPlan plan_;               // set once by make_cuda_runner
   std::atomic<int64_t> graph_bytes_{0};        // measured at each graph instantiation
   std::atomic<int64_t> free_after_graphs_{0};  // driver free bytes after the last one
 

@@ -73,7 +73,7 @@ void run_w8a8_quantized(const DeviceLinearPart& p, int32_t k, int32_t ldy, int32
 }  // namespace
 
 void run_linear(const DeviceLinear& w, const __nv_bfloat16* x, int32_t m, void* y, bool out_f32,
-                const LinearScratch& s, cudaStream_t stream, bool pdl) {
+                const LinearScratch& s, cudaStream_t stream) {
   if (m == 0) return;
   const size_t esize = out_f32 ? 4 : 2;
   for (const DeviceLinearPart& p : w.parts) {
@@ -87,7 +87,7 @@ void run_linear(const DeviceLinear& w, const __nv_bfloat16* x, int32_t m, void* 
                                       stream, w.n);
         } else if (decode) {
           kernels::launch_gemv(x, p.weight.as<__nv_bfloat16>(), m, p.rows, w.k, yp, out_f32, stream,
-                               w.n, pdl && w.parts.size() == 1);
+                               w.n);
         } else {
           s.gemm->run(x, p.weight.as<__nv_bfloat16>(), m, p.rows, w.k, yp, out_f32, stream, w.n);
         }

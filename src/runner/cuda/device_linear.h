@@ -57,9 +57,8 @@ struct LinearScratch {
 };
 
 // y[m, n] = x[m, k] · W^T, bf16 or fp32 out; every part picks the decode kernel or the GEMM by m.
-// pdl: a one-token bf16 GEMV may overlap the launch before it (kernels/pdl.cuh).
 void run_linear(const DeviceLinear& w, const __nv_bfloat16* x, int32_t m, void* y, bool out_f32,
-                const LinearScratch& scratch, cudaStream_t stream, bool pdl = false);
+                const LinearScratch& scratch, cudaStream_t stream);
 
 // The quantization of `w`'s input when it is one W8A8 part with one activation scale a token
 // (dynamic per token, or static), which an RMSNorm can produce with its output
