@@ -28,19 +28,13 @@ __global__ void __launch_bounds__(kRowWarps * 32)
     gemv_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w, int32_t n,
                 int32_t k, int32_t ldy, Out* __restrict__ y) {
   const int row = blockIdx.x * kRowWarps + (threadIdx.x >> 5);
-  if constexpr (kPdl) pdl::allow_dependents();
-  if (row >= n) return;
+  if (row >= n) return;  // an exited block counts as having let its successor launch
   const __nv_bfloat16* rows[1] = {w + int64_t(row) * k};
   float acc[1][M];
-  if constexpr (kPdl) {
-    gemv_warp::FirstLoads<1, kFirstLoads> first;
-    gemv_warp::load_first(rows, k, first);
-    pdl::grid_dependency_wait();
-    gemv_warp::dot_rows<M, 1, false, gemv_warp::kBytesInFlight, kFirstLoads>(rows, x, k, acc,
-                                                                             &first);
-  } else {
-    gemv_warp::dot_rows<M, 1>(rows, x, k, acc);
-  }
+  gemv_warp::FirstLoads<1, kPdl ? kFirstLoads : 0> first;
+  x = gemv_warp::start_block<M, kPdl, false>(rows, k, x, NormedRows{}, nullptr, first);
+  gemv_warp::dot_rows<M, 1, false, gemv_warp::kBytesInFlight, kPdl ? kFirstLoads : 0>(rows, x, k,
+                                                                                      acc, &first);
   if ((threadIdx.x & 31) != 0) return;
 #pragma unroll
   for (int t = 0; t < M; ++t) {
@@ -68,15 +62,8 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t r = row < width ? row : 0;  // warps past the end load row 0 and store nothing
   const __nv_bfloat16* rows[2] = {w + r * k, w + (r + width) * k};
   gemv_warp::FirstLoads<2, kPdl ? kFirstLoadsPair : 0> first;
-  if constexpr (kPdl) {
-    pdl::allow_dependents();
-    gemv_warp::load_first(rows, k, first);
-    pdl::grid_dependency_wait();
-  }
-  if constexpr (kNorm) {
-    x = reinterpret_cast<const __nv_bfloat16*>(staged);
-    gemv_warp::stage_normed<M>(in, k, reinterpret_cast<__nv_bfloat16*>(staged));
-  }
+  x = gemv_warp::start_block<M, kPdl, kNorm>(rows, k, x, in,
+                                             reinterpret_cast<__nv_bfloat16*>(staged), first);
   if (row >= width) return;
   float acc[2][M];
   gemv_warp::dot_rows<M, 2, kNorm, gemv_warp::kBytesInFlight / 2, kPdl ? kFirstLoadsPair : 0>(

@@ -10,6 +10,7 @@
 
 #include "block_reduce.cuh"
 #include "gemv.cuh"
+#include "pdl.cuh"
 
 namespace tandem::kernels::gemv_warp {
 
@@ -152,6 +153,28 @@ __device__ __forceinline__ void stage_normed(const NormedRows& in, int width,
     }
   }
   __syncthreads();
+}
+
+// A GEMV block's start: with kPdl (an overlapped launch, pdl.cuh) its successor may launch,
+// the lane's first N loads of each row are made, and then it waits for its predecessor; with
+// kNorm the block stages x = RMSNorm(in.residual) into `staged` (every thread takes part).
+// Returns the x that dot_rows reads.
+template <int M, bool kPdl, bool kNorm, int R, int N>
+__device__ __forceinline__ const __nv_bfloat16* start_block(const __nv_bfloat16* const (&rows)[R],
+                                                            int k, const __nv_bfloat16* x,
+                                                            const NormedRows& in,
+                                                            __nv_bfloat16* staged,
+                                                            FirstLoads<R, N>& first) {
+  if constexpr (kPdl) {
+    pdl::allow_dependents();
+    load_first(rows, k, first);
+    pdl::grid_dependency_wait();
+  }
+  if constexpr (kNorm) {
+    stage_normed<M>(in, k, staged);
+    return staged;
+  }
+  return x;
 }
 
 }  // namespace tandem::kernels::gemv_warp

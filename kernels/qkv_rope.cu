@@ -39,15 +39,8 @@ __global__ void __launch_bounds__(kPairWarps * 32)
   const int64_t c = p < pairs ? int64_t(h) * a.s.head_dim + i : 0;
   const __nv_bfloat16* rows[2] = {w + c * k, w + (c + half) * k};
   gemv_warp::FirstLoads<2, kPdl ? kFirstLoads : 0> first;
-  if constexpr (kPdl) {
-    pdl::allow_dependents();
-    gemv_warp::load_first(rows, k, first);
-    pdl::grid_dependency_wait();
-  }
-  if constexpr (kNorm) {
-    x = reinterpret_cast<const __nv_bfloat16*>(staged);
-    gemv_warp::stage_normed<M>(in, k, reinterpret_cast<__nv_bfloat16*>(staged));
-  }
+  x = gemv_warp::start_block<M, kPdl, kNorm>(rows, k, x, in,
+                                             reinterpret_cast<__nv_bfloat16*>(staged), first);
   if (p >= pairs) return;
   float acc[2][M];
   // Two rows with the loads in flight per row of the one-row GEMV: the q|k|v projection is
