@@ -59,7 +59,7 @@ void observe_acceptance(Sequence& seq, int32_t k, int32_t accepted) {
   seq.spec_acceptance = seq.spec_accepted_decayed / seq.spec_tried_decayed;
 }
 
-int32_t DraftLengthPolicy::choose(const Sequence& seq, int32_t batch_size) const {
+int32_t DraftLengthPolicy::choose(const Sequence& seq, int32_t batch_size, bool probe) const {
   if (!config_.enabled || config_.draft_max < 1 || batch_size > config_.max_batch) return 0;
   if (config_.fixed_k > 0) return config_.fixed_k;
   // Speed-up of k drafts over plain decoding: tokens per step over cost per step, where one
@@ -77,9 +77,9 @@ int32_t DraftLengthPolicy::choose(const Sequence& seq, int32_t batch_size) const
       best_k = k;
     }
   }
-  // Off for this sequence: every 16th step it probes with draft_min, so acceptance that recovers
-  // (the text became predictable) is noticed.
-  if (best_k == 0 && seq.decode_steps % 16 == 15) return std::max(1, config_.draft_min);
+  // Off for this sequence: on the batch's probe steps it proposes draft_min, so acceptance that
+  // recovers (the text became predictable) is noticed.
+  if (best_k == 0 && probe) return std::max(1, config_.draft_min);
   return best_k;
 }
 
@@ -177,7 +177,14 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
   int64_t verify_room = budget - int64_t(n);
   std::vector<int32_t> chosen(n, 0);  // the policy's k per sequence, shared across the batch
   if (speculate) {
-    for (size_t i = 0; i < n; ++i) chosen[i] = policy_.choose(*seqs[i], int32_t(n));
+    // Sequences whose drafts are off probe together, every kProbePeriod-th speculative step:
+    // each probe pays a draft round and the draft's catch-up on the tokens it skipped, and on
+    // each sequence's own schedule (its decode steps) a batch whose sequences arrived at
+    // different times paid that nearly every step. A probe step is not a steady step for the
+    // gate (its catch-up), so the gate never saw that cost either.
+    const bool probe = speculative_steps_++ % DraftLengthPolicy::kProbePeriod ==
+                       DraftLengthPolicy::kProbePeriod - 1;
+    for (size_t i = 0; i < n; ++i) chosen[i] = policy_.choose(*seqs[i], int32_t(n), probe);
     policy_.share_k(seqs, chosen);
   }
   for (size_t i = 0; i < n; ++i) {

@@ -58,8 +58,10 @@ void observe_acceptance(Sequence& seq, int32_t k, int32_t accepted);
 class DraftLengthPolicy {
  public:
   explicit DraftLengthPolicy(SpecConfig config) : config_(config) {}
-  // 0 = do not speculate this step.
-  int32_t choose(const Sequence& seq, int32_t batch_size) const;
+  // 0 = do not speculate this step; on a probe step (SpecDecoder: every kProbePeriod-th) a
+  // sequence whose drafts are off proposes draft_min.
+  int32_t choose(const Sequence& seq, int32_t batch_size, bool probe = false) const;
+  static constexpr int64_t kProbePeriod = 16;
   // One k for the batch: ks holds each sequence's choose(); every speculating sequence that is
   // not reproducible() then proposes the k in [draft_min, draft_max] that maximises the batch's
   // expected tokens over the cost of a step, sum_i E(a_i, k) / (1 + k c). A step runs max(k)
@@ -162,10 +164,11 @@ class SpecDecoder {
   ModelRunner& draft_;
   PagePool& draft_pool_;
   DraftLengthPolicy policy_;
-  SpecGate gate_;                 // unused with a fixed k (benchmarks)
-  int64_t last_max_catchup_ = 0;  // the last step's largest draft catch-up of one sequence
-  bool pinned_ = false;           // the last step's batch had a reproducible() sequence
-  bool gated_ = false;            // the gate ran the last step without drafts
+  SpecGate gate_;                  // unused with a fixed k (benchmarks)
+  int64_t speculative_steps_ = 0;  // steps the gate let speculate: the policy's probe schedule
+  int64_t last_max_catchup_ = 0;   // the last step's largest draft catch-up of one sequence
+  bool pinned_ = false;            // the last step's batch had a reproducible() sequence
+  bool gated_ = false;             // the gate ran the last step without drafts
   int32_t valid_vocab_;
   std::mutex* pool_mu_ = nullptr;
   SpecStepTimes times_;

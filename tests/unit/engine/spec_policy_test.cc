@@ -80,6 +80,27 @@ TEST_CASE("draft length: long drafts at high acceptance, none where drafts fail"
   CHECK(policy.choose(seq, config.max_batch + 1) == 0);
 }
 
+TEST_CASE("draft length: sequences whose drafts are off probe on the batch's probe steps only") {
+  // Each probe costs the batch a draft round and a catch-up; sequences that arrived at
+  // different times must not take turns at it (SpecDecoder passes one schedule for all).
+  SpecConfig config;
+  config.draft_max = 8;
+  config.draft_min = 2;
+  DraftLengthPolicy policy(config);
+  for (int i = 0; i < 200; ++i) policy.observe_costs(0.8, 5.0);
+  Sequence seq;
+  seq.spec_acceptance = 0.05;
+  for (int32_t steps = 0; steps < 40; ++steps) {
+    seq.decode_steps = steps;
+    CAPTURE(steps);
+    CHECK(policy.choose(seq, 4) == 0);
+    CHECK(policy.choose(seq, 4, /*probe=*/true) == 2);
+  }
+  // A sequence whose drafts pay ignores the probe flag.
+  seq.spec_acceptance = 0.9;
+  CHECK(policy.choose(seq, 4, true) == policy.choose(seq, 4));
+}
+
 TEST_CASE("draft length: one k for the batch, reproducible sequences keep their own") {
   SpecConfig config;
   config.draft_max = 8;
