@@ -443,14 +443,7 @@ void CudaRunner::run_model(int32_t T, int32_t L) {
   // Single-token decode of a small model through bf16 weights: each RMSNorm folds into the GEMV
   // that reads it and each residual add into the GEMV that feeds it (5 launches a layer, not 7).
   const bool fold = folds_norms(T);
-  // Each launch of a folded step may overlap the one before (kernels/pdl.cuh): its weight loads
-  // and launch hide behind the previous kernel's tail. Measured on the H200 (NOTES.md v17):
-  // Qwen2.5-0.5B batch 1 0.78 -> 0.675 ms, 0.652 with the head's three launches too. Not in a
-  // forward without logits: that is the draft's KV pass beside the target's verify, whose
-  // waiting blocks took SM slots from the verify (4.63 -> 4.88 ms at k = 8). Not for the
-  // unfolded layers either: the 7B's step went 3.88 -> 4.07 ms, the 8B's 4.22 -> 4.52 (their
-  // grids fill the GPU, and the early blocks only sit on its slots).
-  const bool pdl = fold && overlap_capable_ && overlap_launches_ && L > 0;
+  const bool pdl = overlaps_launches(T, L);
   for (int32_t li = 0; li < int32_t(c.num_layers); ++li) {
     const DeviceLayer& w = weights_.layers[size_t(li)];
     __nv_bfloat16* kc = k_cache_.as<__nv_bfloat16>() + li * layer_kv;
@@ -576,6 +569,17 @@ void CudaRunner::linear_after_norm(const __nv_bfloat16* normed, const DeviceLine
   } else {
     linear(normed, w, T, y);
   }
+}
+
+// Each launch of a folded step may overlap the one before (kernels/pdl.cuh): its weight loads
+// and launch hide behind the previous kernel's tail. Measured on the H200 (NOTES.md v17):
+// Qwen2.5-0.5B batch 1 0.78 -> 0.675 ms, 0.652 with the head's three launches too. Not in a
+// forward without logits: that is the draft's KV pass beside the target's verify, whose waiting
+// blocks took SM slots from the verify (4.63 -> 4.88 ms at k = 8). Not for the unfolded layers
+// either: the 7B's step went 3.88 -> 4.07 ms, the 8B's 4.22 -> 4.52 (their grids fill the GPU,
+// and the early blocks only sit on its slots).
+bool CudaRunner::overlaps_launches(int32_t T, int32_t L) const {
+  return folds_norms(T) && overlap_capable_ && overlap_launches_ && L > 0;
 }
 
 bool CudaRunner::folds_norms(int32_t T) const {

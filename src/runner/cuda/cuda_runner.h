@@ -67,6 +67,8 @@ class CudaRunner final : public ModelRunner {
   // Tests: whether folded one-token steps overlap their launches (kernels/pdl.cuh; on by
   // default, where the device has it). Before the first forward: graphs keep what they captured.
   void set_overlap_launches(bool on) { overlap_launches_ = on; }
+  // Whether a forward of this many tokens and logit rows launches overlapped (run_model's rule).
+  bool overlaps_launches(int32_t num_tokens, int32_t num_logits) const;
   cudaStream_t stream() const { return stream_; }
 
  private:
@@ -104,8 +106,7 @@ class CudaRunner final : public ModelRunner {
   int32_t max_logits_ = 0;
   int32_t max_page_refs_ = 0;
   bool use_graphs_ = true;
-  bool bf16_linears_ = false;  // every layer's Linears are plain bf16 (the GEMV kernels' input)
-  // Which launches may overlap the one before (kernels/pdl.cuh; sm_90+), kOverlap* bits.
+  bool bf16_linears_ = false;     // every layer's Linears are plain bf16 (the GEMV kernels' input)
   bool overlap_capable_ = false;  // sm_90+: launches may overlap the one before (kernels/pdl.cuh)
   bool overlap_launches_ = true;  // and folded steps use it (set_overlap_launches)
   MemoryPlan plan_;               // set once by make_cuda_runner
