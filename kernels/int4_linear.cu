@@ -31,14 +31,22 @@ __device__ __forceinline__ uint32_t bf16x2_add(uint32_t a, uint32_t b) {
   return d;
 }
 
+// (w & 0x000F000F) | 0x43004300 as one LOP3. Written in C, ptxas emits the AND and the OR as two
+// LOP3s (one takes a single immediate): 8 a word instead of 4 (sm_90a SASS, NOTES.md v18).
+__device__ __forceinline__ uint32_t nibble_pair_bits(uint32_t w) {
+  uint32_t d;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(d) : "r"(w), "n"(0x000F000F), "n"(0x43004300));
+  return d;
+}
+
 // One k-step word → the A registers, (q − zero) exact in bf16: 0x4300 | q is 128 + q, and
 // zero_lo / zero_hi hold −(128 + zero) of rows j and j + 8 (registers 0, 2 and 1, 3).
 __device__ __forceinline__ void unpack(uint32_t w, uint32_t zero_lo, uint32_t zero_hi,
                                        uint32_t (&a)[4]) {
-  a[0] = bf16x2_add((w & 0x000F000Fu) | 0x43004300u, zero_lo);
-  a[1] = bf16x2_add(((w >> 4) & 0x000F000Fu) | 0x43004300u, zero_hi);
-  a[2] = bf16x2_add(((w >> 8) & 0x000F000Fu) | 0x43004300u, zero_lo);
-  a[3] = bf16x2_add(((w >> 12) & 0x000F000Fu) | 0x43004300u, zero_hi);
+  a[0] = bf16x2_add(nibble_pair_bits(w), zero_lo);
+  a[1] = bf16x2_add(nibble_pair_bits(w >> 4), zero_hi);
+  a[2] = bf16x2_add(nibble_pair_bits(w >> 8), zero_lo);
+  a[3] = bf16x2_add(nibble_pair_bits(w >> 12), zero_hi);
 }
 
 __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
@@ -58,8 +66,8 @@ __device__ __forceinline__ uint32_t neg_zero_bits(uint32_t z) {
 // next group's prefetched, and the fp32 sum of (q − zero) · x since the group began.
 template <int NT>
 struct GroupWalk {
-  const uint32_t* scales;  // this tile's [groups, 8] half2: rows j, j + 8
-  const uint16_t* zeros;   // this tile's [groups, 8] byte pairs
+  const uint32_t* scales;  // this tile's [groups, 8] half2 (rows j, j + 8), at lane's j
+  const uint16_t* zeros;   // this tile's [groups, 8] byte pairs, at lane's j
   int groups = 0;
   int blocks_per_group = 0;
   int group = 0;
@@ -76,17 +84,18 @@ struct GroupWalk {
     zero_lo = neg_zero_bits(z2 & 0xffu);
     zero_hi = neg_zero_bits(z2 >> 8);
   }
-  __device__ void prefetch(int j) {
-    if (group + 1 < groups) {
-      next_scales = __ldg(scales + (group + 1) * 8 + j);
-      next_zeros = __ldg(zeros + (group + 1) * 8 + j);
-    }
+  // The next group's scales and zeros; past the last group the last one again (unused), so the
+  // walk needs no branch for it.
+  __device__ void prefetch() {
+    const int at = min(group + 1, groups - 1) * 8;
+    next_scales = __ldg(scales + at);
+    next_zeros = __ldg(zeros + at);
   }
-  __device__ void start(int block, int j) {
+  __device__ void start(int block) {
     group = block / blocks_per_group;
     left = blocks_per_group - block % blocks_per_group;
-    set(__ldg(scales + group * 8 + j), __ldg(zeros + group * 8 + j));
-    prefetch(j);
+    set(__ldg(scales + group * 8), __ldg(zeros + group * 8));
+    prefetch();
   }
   __device__ void flush(float (&acc)[NT][4]) {
 #pragma unroll
@@ -100,12 +109,12 @@ struct GroupWalk {
     }
   }
   // Before each block: moves to the next group when this one is done.
-  __device__ void step(float (&acc)[NT][4], int j) {
+  __device__ void step(float (&acc)[NT][4]) {
     if (left == 0) {
       flush(acc);
       ++group;
       set(next_scales, next_zeros);
-      prefetch(j);
+      prefetch();
       left = blocks_per_group;
     }
     --left;
@@ -204,8 +213,8 @@ __global__ void __launch_bounds__(kThreads, M <= 8 ? 3 : 2)
 
   const uint4* qtile = reinterpret_cast<const uint4*>(w.qweight + int64_t(tile) * 2 * k);
   GroupWalk<NT> walk;
-  walk.scales = reinterpret_cast<const uint32_t*>(w.scales) + int64_t(tile) * groups * 8;
-  walk.zeros = reinterpret_cast<const uint16_t*>(w.zeros) + int64_t(tile) * groups * 8;
+  walk.scales = reinterpret_cast<const uint32_t*>(w.scales) + int64_t(tile) * groups * 8 + j;
+  walk.zeros = reinterpret_cast<const uint16_t*>(w.zeros) + int64_t(tile) * groups * 8 + j;
   walk.groups = groups;
   walk.blocks_per_group = w.group_size / 32;
   float acc[NT][4] = {};
@@ -227,7 +236,7 @@ __global__ void __launch_bounds__(kThreads, M <= 8 ? 3 : 2)
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u)
       if (active && p0 + u < p1) cur[u] = __ldcs(qtile + (p0 + u) * 32 + lane);
-    if (any) walk.start(2 * p0, j);
+    if (any) walk.start(2 * p0);
     if (c0 > k_begin) __syncthreads();  // every warp is done with the previous chunk
     stage_x<M>(x, w.perm, m, k, c0, kc, stride, xs);
     __syncthreads();
@@ -249,29 +258,38 @@ __global__ void __launch_bounds__(kThreads, M <= 8 ? 3 : 2)
       for (int nt = 0; nt < NT; ++nt) xv.v[nt] = xfrag[nt][b * 4];
       return xv;
     };
-    for (int p = p0; p < p1; p += kUnroll) {
-      uint4 next[kUnroll] = {};
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u)
-        if (p + kUnroll + u < p1) next[u] = __ldcs(qtile + (p + kUnroll + u) * 32 + lane);
+    // Two batches of kUnroll loads in flight, alternating between `cur` and `nxt` so that no
+    // batch is copied from one set of registers to the other (16 moves a batch).
+    auto run_batch = [&](const uint4(&w4)[kUnroll], int p) {
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         if (p + u < p1) {
           const int b = 2 * (p + u - c0 / 64);  // block within the chunk
-          walk.step(acc, j);
-          walk.block(cur[u].x, cur[u].y, x_block(b));
-          walk.step(acc, j);
-          walk.block(cur[u].z, cur[u].w, x_block(b + 1));
+          walk.step(acc);
+          walk.block(w4[u].x, w4[u].y, x_block(b));
+          walk.step(acc);
+          walk.block(w4[u].z, w4[u].w, x_block(b + 1));
         }
       }
+    };
+    auto load_batch = [&](uint4(&w4)[kUnroll], int p) {
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) cur[u] = next[u];
+      for (int u = 0; u < kUnroll; ++u)
+        if (p + u < p1) w4[u] = __ldcs(qtile + (p + u) * 32 + lane);
+    };
+    uint4 nxt[kUnroll] = {};
+    for (int p = p0; p < p1; p += 2 * kUnroll) {
+      load_batch(nxt, p + kUnroll);
+      run_batch(cur, p);
+      if (p + kUnroll >= p1) break;
+      load_batch(cur, p + 2 * kUnroll);
+      run_batch(nxt, p + kUnroll);
     }
     if (tail) {
       const uint2 q = __ldcs(
           reinterpret_cast<const uint2*>(w.qweight + int64_t(tile) * 2 * k + pairs * 128) + lane);
       const int b = 2 * (pairs - c0 / 64);
-      walk.step(acc, j);
+      walk.step(acc);
       walk.block(q.x, q.y, x_block(b));
     }
     walk.flush(acc);
