@@ -83,34 +83,58 @@ int32_t DraftLengthPolicy::choose(const Sequence& seq, int32_t batch_size, bool 
   return best_k;
 }
 
-void DraftLengthPolicy::share_k(std::span<Sequence* const> seqs, std::span<int32_t> ks) const {
+void DraftLengthPolicy::share_k(std::span<Sequence* const> seqs, std::span<int32_t> ks,
+                                bool probe) const {
   TANDEM_CHECK(seqs.size() == ks.size(), "%zu sequences, %zu draft lengths", seqs.size(),
                ks.size());
   if (config_.fixed_k > 0) return;
   std::vector<double> shared;  // acceptance of the sequences that share k
+  int32_t shared_k = 0;
   for (size_t i = 0; i < seqs.size(); ++i) {
-    if (ks[i] > 0 && !reproducible(*seqs[i])) shared.push_back(seqs[i]->spec_acceptance);
-  }
-  if (shared.size() < 2) return;  // one sequence: its own choice is the batch's
-  int32_t best_k = 0;
-  double best = 0;
-  for (int32_t k = std::max(1, config_.draft_min); k <= config_.draft_max; ++k) {
-    double tokens = 0;
-    for (const double a : shared) tokens += expected_tokens(a, k);
-    const double gain = tokens / (1.0 + k * cost_ratio_);
-    if (gain > best) {
-      best = gain;
-      best_k = k;
+    if (ks[i] > 0 && !reproducible(*seqs[i])) {
+      shared.push_back(seqs[i]->spec_acceptance);
+      shared_k = ks[i];
     }
   }
+  if (shared.empty()) return;
+  if (shared.size() >= 2) {  // one sequence: its own choice is the batch's
+    double best = 0;
+    for (int32_t k = std::max(1, config_.draft_min); k <= config_.draft_max; ++k) {
+      double tokens = 0;
+      for (const double a : shared) tokens += expected_tokens(a, k);
+      const double gain = tokens / (1.0 + k * cost_ratio_);
+      if (gain > best) {
+        best = gain;
+        shared_k = k;
+      }
+    }
+  }
+  // A probe step speculates whatever the costs: the acceptance estimates of sequences that
+  // stay plain never move, and only a probe shows that they recovered.
+  if (!probe && !speculation_pays(shared, shared_k, seqs.size())) shared_k = 0;
   for (size_t i = 0; i < seqs.size(); ++i) {
-    if (ks[i] > 0 && !reproducible(*seqs[i])) ks[i] = best_k;
+    if (ks[i] > 0 && !reproducible(*seqs[i])) ks[i] = shared_k;
   }
 }
 
-void DraftLengthPolicy::observe_costs(double draft_step_ms, double target_step_ms) {
-  if (draft_step_ms <= 0 || target_step_ms <= 0) return;
-  cost_ratio_ = 0.9 * cost_ratio_ + 0.1 * (draft_step_ms / target_step_ms);
+bool DraftLengthPolicy::speculation_pays(std::span<const double> shared, int32_t k,
+                                         size_t batch) const {
+  if (!verify_cost_) return true;  // no plain step measured: the choices above stand
+  // Tokens the step emits (one from each sequence not sharing k) against what plain steps
+  // emit in its time: a step of k draft rounds and a verify pass costs v (1 + k c) plain steps.
+  double tokens = double(batch - shared.size());
+  for (const double a : shared) tokens += expected_tokens(a, k);
+  return tokens > double(batch) * *verify_cost_ * (1.0 + k * cost_ratio_);
+}
+
+void DraftLengthPolicy::observe_costs(double draft_step_ms, double verify_ms,
+                                      std::optional<double> plain_step_ms) {
+  if (draft_step_ms <= 0 || verify_ms <= 0) return;
+  cost_ratio_ = 0.9 * cost_ratio_ + 0.1 * (draft_step_ms / verify_ms);
+  if (plain_step_ms && *plain_step_ms > 0) {
+    const double sample = std::min(verify_ms / *plain_step_ms, kMaxVerifyCostSample);
+    verify_cost_ = 0.9 * verify_cost_.value_or(1.0) + 0.1 * sample;
+  }
 }
 
 int32_t clip_draft_length(const Sequence& seq, int32_t k, int32_t max_model_len) {
@@ -185,7 +209,7 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
     const bool probe = speculative_steps_++ % DraftLengthPolicy::kProbePeriod ==
                        DraftLengthPolicy::kProbePeriod - 1;
     for (size_t i = 0; i < n; ++i) chosen[i] = policy_.choose(*seqs[i], int32_t(n), probe);
-    policy_.share_k(seqs, chosen);
+    policy_.share_k(seqs, chosen, probe);
   }
   for (size_t i = 0; i < n; ++i) {
     Sequence& seq = *seqs[i];
@@ -423,7 +447,10 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
   }
   const double target_ms = now_ms() - t0;
   timing_.verify_end_ns = trace_now_ns();
-  if (max_k > 0) policy_.observe_costs(draft_ms / max_k, target_ms);
+  // The verify's cost in plain steps needs the gate's plain steps of this batch size: none
+  // measured (a fixed k, a pinned batch, the first steps), none fed.
+  if (max_k > 0)
+    policy_.observe_costs(draft_ms / max_k, target_ms, gate_.plain_step_ms(int32_t(n)));
   const double accept_t0 = now_ms();
   // Sampled sequences: the lossless rule over both models' rows where they lie, all in one call
   // (one launch on the CUDA runner, two ints a sequence back). k == 0 is sample_token's draw

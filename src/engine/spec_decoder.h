@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -68,9 +69,23 @@ class DraftLengthPolicy {
   // draft rounds whatever each sequence chose, so sequences with a smaller k left tokens unasked
   // for at no saving. Reproducible sequences keep their own k (their tokens must not depend on
   // the batch); with a fixed k nothing changes.
-  void share_k(std::span<Sequence* const> seqs, std::span<int32_t> ks) const;
-  void observe_costs(double draft_step_ms, double target_step_ms);
+  // Then, once the verify cost v is measured and except on probe steps (`probe`, as for
+  // choose()), the sharing sequences (or a lone speculating one) all decode plainly (k = 0)
+  // when the step would emit no more than plain steps do in its time: sum_i E(a_i, k) +
+  // (sequences not sharing) <= n v (1 + k c) for a batch of n. The choices above take a verify pass
+  // as one plain step; on the H200 it costs 1.2 at batch 1 and 1.3-1.6 at batch 16 (NOTES.md v17).
+  // The batch decides, not each sequence: per sequence, one sequence's noisy estimate dipping below
+  // the higher bar took it out of speculation and the batch paid its catch-up when it came back
+  // (batch 16 at acceptance 0.75-0.80 went 1.19x -> 0.89x, NOTES.md v17).
+  void share_k(std::span<Sequence* const> seqs, std::span<int32_t> ks, bool probe = false) const;
+  // A speculative step's costs: one draft round and the target's verify pass (ms), and the
+  // gate's plain step of the same batch size (SpecGate::plain_step_ms) when it has measured one.
+  void observe_costs(double draft_step_ms, double verify_ms,
+                     std::optional<double> plain_step_ms = std::nullopt);
   double cost_ratio() const { return cost_ratio_; }
+  // v: what a verify pass costs in plain steps of its batch; 1 (and no batch-level check in
+  // share_k) until a plain step was measured.
+  double verify_cost() const { return verify_cost_.value_or(1.0); }
   const SpecConfig& config() const { return config_; }
 
   // Sampled with a seed: its tokens must not depend on timings (docs/speculative.md).
@@ -81,8 +96,22 @@ class DraftLengthPolicy {
   static constexpr double kFixedCostRatio = 0.1;
 
  private:
+  // Whether the sharing sequences' step with k (acceptances `shared`, in a batch of `batch`)
+  // emits more than plain steps would in its time (share_k).
+  bool speculation_pays(std::span<const double> shared, int32_t k, size_t batch) const;
+
   SpecConfig config_;
   double cost_ratio_ = kFixedCostRatio;  // draft step / target step, EMA of measurements
+  // Verify pass / plain step of the same batch size, an EMA from 1 of measurements; nothing
+  // until the gate has measured a plain step (no guess: the old behaviour).
+  std::optional<double> verify_cost_;
+  // Each measurement counts at most this much: the first verify pass of a row count pays
+  // cuBLASLt's algorithm check (~13 ms on the 7B against a ~4 ms plain step, NOTES.md v6), each
+  // new k and batch size meets one, and v held high by them switches batches off, after which
+  // only the probes (every kProbePeriod-th step) measure it again. Verify passes measured on the
+  // H200 cost 1.2-1.6 plain steps (bf16 7B, NOTES.md v17) and 1.7 (AWQ 7B, batch 4, v12);
+  // above the cap the gate, which times whole steps, still decides.
+  static constexpr double kMaxVerifyCostSample = 2.0;
 };
 
 // A draft model loaded for a decode stage: its weights, its runner and its own KV pool.

@@ -13,7 +13,7 @@ size_t SpecGate::bucket_of(int32_t batch_size) {
 
 double SpecGate::Samples::median() const {
   const auto n = size_t(std::min<int64_t>(observed, kWindow));
-  std::array<double, kWindow> v = ms_per_token;
+  std::array<double, kWindow> v = ms;
   std::nth_element(v.begin(), v.begin() + (n - 1) / 2, v.begin() + n);
   return v[(n - 1) / 2];
 }
@@ -22,6 +22,12 @@ bool SpecGate::shut(int32_t batch_size) const {
   const Bucket& b = buckets_[bucket_of(batch_size)];
   return b.spec.observed >= kMinSpecSamples && b.plain.observed > 0 &&
          b.spec.median() > b.plain.median() * (1.0 + kMargin);
+}
+
+std::optional<double> SpecGate::plain_step_ms(int32_t batch_size) const {
+  const Bucket& b = buckets_[bucket_of(batch_size)];
+  if (b.plain_steps.observed == 0) return std::nullopt;
+  return b.plain_steps.median();
 }
 
 bool SpecGate::clear_win(const Bucket& b) {
@@ -46,6 +52,7 @@ void SpecGate::observe(int32_t batch_size, bool speculated, double step_ms, int6
   if (step_ms <= 0 || emitted <= 0) return;
   Bucket& b = buckets_[bucket_of(batch_size)];
   (speculated ? b.spec : b.plain).add(step_ms / double(emitted));
+  if (!speculated) b.plain_steps.add(step_ms);
 }
 
 }  // namespace tandem

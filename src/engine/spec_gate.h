@@ -14,6 +14,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 
 namespace tandem {
 
@@ -44,18 +45,25 @@ class SpecGate {
   void observe(int32_t batch_size, bool speculated, double step_ms, int64_t emitted);
   // Whether speculation is measured slower than plain decoding for this batch size.
   bool shut(int32_t batch_size) const;
+  // The lower median wall time of the last kWindow plain steps of this batch size's bucket (ms),
+  // or nothing before the first: what DraftLengthPolicy weighs a verify pass against. Whole
+  // steps, not per token: while decode is bandwidth-bound a plain step costs about the same
+  // across a bucket's batch sizes (the 7B on the H200: 3.95 ms at batch 4, 4.20 at 16, NOTES.md
+  // v15) where its time per token halves from one end of the bucket to the other.
+  std::optional<double> plain_step_ms(int32_t batch_size) const;
 
  private:
-  // The last kWindow milliseconds per emitted token of one side, and how many were observed.
+  // The last kWindow milliseconds (per emitted token, or per step), and how many were observed.
   struct Samples {
-    std::array<double, kWindow> ms_per_token{};
+    std::array<double, kWindow> ms{};
     int64_t observed = 0;
-    void add(double v) { ms_per_token[size_t(observed++ % kWindow)] = v; }
+    void add(double v) { ms[size_t(observed++ % kWindow)] = v; }
     double median() const;  // the lower median: outliers above it never decide
   };
   struct Bucket {
     int64_t steps = 0;
-    Samples spec, plain;
+    Samples spec, plain;  // per emitted token
+    Samples plain_steps;  // per plain step
   };
   static size_t bucket_of(int32_t batch_size);
   static bool clear_win(const Bucket& b);

@@ -117,3 +117,26 @@ TEST_CASE("spec gate: within the margin it stays open; empty or untimed steps ar
   }
   CHECK_FALSE(other.shut(8));
 }
+
+TEST_CASE("spec gate: a plain step's time per bucket, for the policy's verify cost") {
+  SpecGate gate;
+  CHECK_FALSE(gate.plain_step_ms(16).has_value());  // nothing measured: no guess
+  gate.observe(16, true, 9.0, 30);                  // speculative steps do not count
+  CHECK_FALSE(gate.plain_step_ms(16).has_value());
+  gate.observe(16, false, 4.2, 16);
+  REQUIRE(gate.plain_step_ms(16).has_value());
+  CHECK(*gate.plain_step_ms(16) == doctest::Approx(4.2));
+  // The whole step, not per token: batch 24 shares the bucket (16-31) and its step costs
+  // about the same while decode is bandwidth-bound.
+  CHECK(*gate.plain_step_ms(24) == doctest::Approx(4.2));
+  CHECK_FALSE(gate.plain_step_ms(8).has_value());  // another bucket
+  // The lower median of the last kWindow: a first use of a shape (13 ms) does not decide.
+  gate.observe(16, false, 13.0, 16);
+  CHECK(*gate.plain_step_ms(16) == doctest::Approx(4.2));
+  gate.observe(16, false, 4.4, 16);
+  CHECK(*gate.plain_step_ms(16) == doctest::Approx(4.4));
+  for (int i = 0; i < SpecGate::kWindow; ++i) gate.observe(16, false, 4.5, 16);
+  CHECK(*gate.plain_step_ms(16) == doctest::Approx(4.5));
+  gate.observe(16, false, 5.0, 0);  // untimed or empty steps are ignored
+  CHECK(*gate.plain_step_ms(16) == doctest::Approx(4.5));
+}

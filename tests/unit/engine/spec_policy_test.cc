@@ -3,7 +3,9 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <optional>
 #include <random>
+#include <vector>
 
 #include "engine/spec_decoder.h"
 
@@ -147,4 +149,126 @@ TEST_CASE("draft length: one k for the batch, reproducible sequences keep their 
   std::vector<int32_t> fks{3, 3, 3, 3};
   DraftLengthPolicy(fixed).share_k(batch, fks);
   CHECK(fks == std::vector<int32_t>{3, 3, 3, 3});
+}
+
+namespace {
+
+// A policy with a draft round at `c` of a verify pass and, where `verify_cost` is set, a verify
+// pass at that many of the gate's plain steps, as SpecDecoder feeds them (each EMA settled).
+DraftLengthPolicy measured_policy(double c, std::optional<double> verify_cost) {
+  SpecConfig config;
+  config.draft_max = 8;
+  DraftLengthPolicy policy(config);
+  const double plain_ms = 4.0, verify_ms = 4.0 * verify_cost.value_or(1.0);
+  for (int i = 0; i < 300; ++i) {
+    policy.observe_costs(c * verify_ms, verify_ms,
+                         verify_cost ? std::optional(plain_ms) : std::nullopt);
+  }
+  return policy;
+}
+
+// The batch's k after choose() and share_k() for sequences of these acceptances (`seeded`
+// marks reproducible ones), as SpecDecoder::step picks them.
+std::vector<int32_t> batch_ks(const DraftLengthPolicy& policy,
+                              const std::vector<double>& acceptance, bool probe = false,
+                              const std::vector<bool>& seeded = {}) {
+  std::vector<Sequence> seqs(acceptance.size());
+  std::vector<Sequence*> batch;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    seqs[i].spec_acceptance = acceptance[i];
+    if (i < seeded.size() && seeded[i]) {
+      seqs[i].params.temperature = 0.7f;
+      seqs[i].params.has_seed = true;
+    }
+    batch.push_back(&seqs[i]);
+  }
+  std::vector<int32_t> ks;
+  for (Sequence* s : batch) ks.push_back(policy.choose(*s, int32_t(batch.size()), probe));
+  policy.share_k(batch, ks, probe);
+  return ks;
+}
+
+// The costs of NOTES.md v17's call 3 (batch 16 on the H200): a draft round at 0.155 of a
+// verify pass, a verify pass at 1.35 plain steps.
+constexpr double kDraftCost = 0.155;
+constexpr double kVerifyCost = 1.35;
+
+}  // namespace
+
+TEST_CASE("verify cost: 1 until the gate measured a plain step, then an average of verify/plain") {
+  SpecConfig config;
+  DraftLengthPolicy policy(config);
+  for (int i = 0; i < 50; ++i) policy.observe_costs(0.8, 5.4);  // no plain step measured
+  CHECK(policy.verify_cost() == 1.0);
+  policy.observe_costs(0.8, 5.4, 4.0);  // the first: the average starts from 1
+  CHECK(policy.verify_cost() == doctest::Approx(0.9 + 0.1 * 1.35));
+  for (int i = 0; i < 200; ++i) policy.observe_costs(0.8, 5.4, 4.0);
+  CHECK(policy.verify_cost() == doctest::Approx(1.35));
+  // A first use of a row count (a cuBLASLt algorithm check: 40 ms here) counts as 2 plain steps.
+  policy.observe_costs(0.8, 40.0, 4.0);
+  CHECK(policy.verify_cost() == doctest::Approx(0.9 * 1.35 + 0.1 * 2.0));
+  // Nothing measured, nothing fed.
+  policy.observe_costs(0.8, 5.4, std::nullopt);
+  CHECK(policy.verify_cost() == doctest::Approx(0.9 * 1.35 + 0.1 * 2.0));
+}
+
+TEST_CASE("batch verify cost: batch 16 at acceptance 0.5 decodes plainly at v = 1.35") {
+  const std::vector<double> half(16, 0.5);
+  // Each sequence: E(0.5, 2) = 1.75 tokens a step, against 1.35 x (1 + 2 x 0.155) = 1.77.
+  CHECK(batch_ks(measured_policy(kDraftCost, kVerifyCost), half) == std::vector<int32_t>(16, 0));
+  // The old choice, where a verify pass costs one plain step...
+  CHECK(batch_ks(measured_policy(kDraftCost, std::nullopt), half) == std::vector<int32_t>(16, 2));
+  // ... and where the gate measured it at the batch-1 figure, 1.2: 1.75 > 1.57, still on.
+  CHECK(batch_ks(measured_policy(kDraftCost, 1.2), half) == std::vector<int32_t>(16, 2));
+}
+
+TEST_CASE("batch verify cost: acceptance 0.7-0.9 keeps speculating at v = 1.35 and 1.6") {
+  for (const double v : {kVerifyCost, 1.6}) {
+    CAPTURE(v);
+    const DraftLengthPolicy policy = measured_policy(kDraftCost, v);
+    // E(0.7, 3) = 2.53 against 1.6 x 1.465 = 2.34; E(0.9, 8) = 6.13 against 1.6 x 2.24 = 3.58.
+    CHECK(batch_ks(policy, std::vector<double>(16, 0.7)) == std::vector<int32_t>(16, 3));
+    CHECK(batch_ks(policy, std::vector<double>(16, 0.8)) == std::vector<int32_t>(16, 5));
+    CHECK(batch_ks(policy, std::vector<double>(16, 0.9)) == std::vector<int32_t>(16, 8));
+  }
+}
+
+TEST_CASE("batch verify cost: the sequences that do not share k count at one token a step") {
+  // One sequence at 0.9 among 15 whose drafts fail: alone it chose k = 8, and before a plain
+  // step was measured it keeps it...
+  std::vector<double> acceptance(16, 0.05);
+  acceptance[0] = 0.9;
+  std::vector<int32_t> one_on(16, 0);
+  one_on[0] = 8;
+  CHECK(batch_ks(measured_policy(kDraftCost, std::nullopt), acceptance) == one_on);
+  // ... but the batch's step emits 6.1 + 15 tokens for 16 sequences' 2.24 plain steps (even at
+  // v = 1): plain decoding.
+  CHECK(batch_ks(measured_policy(kDraftCost, 1.0), acceptance) == std::vector<int32_t>(16, 0));
+  CHECK(batch_ks(measured_policy(kDraftCost, kVerifyCost), acceptance) ==
+        std::vector<int32_t>(16, 0));
+  // A seeded sampled sequence keeps its own k whatever the batch does (its tokens must not
+  // depend on timings), and counts as not sharing.
+  std::vector<double> with_seeded(16, 0.5);
+  with_seeded[15] = 0.9;
+  std::vector<bool> seeded(16, false);
+  seeded[15] = true;
+  std::vector<int32_t> seeded_on(16, 0);
+  seeded_on[15] = 8;
+  CHECK(batch_ks(measured_policy(kDraftCost, kVerifyCost), with_seeded, false, seeded) ==
+        seeded_on);
+  std::vector<int32_t> all_on(16, 2);
+  all_on[15] = 8;
+  CHECK(batch_ks(measured_policy(kDraftCost, std::nullopt), with_seeded, false, seeded) == all_on);
+}
+
+TEST_CASE("batch verify cost: a probe step speculates, so acceptance estimates can recover") {
+  const DraftLengthPolicy policy = measured_policy(kDraftCost, kVerifyCost);
+  const std::vector<double> half(16, 0.5);
+  CHECK(batch_ks(policy, half, /*probe=*/false) == std::vector<int32_t>(16, 0));
+  CHECK(batch_ks(policy, half, /*probe=*/true) == std::vector<int32_t>(16, 2));
+  // Sequences whose drafts are off probe with draft_min and share the batch's k.
+  std::vector<double> mixed(16, 0.5);
+  mixed[0] = 0.05;
+  CHECK(batch_ks(policy, mixed, /*probe=*/false) == std::vector<int32_t>(16, 0));
+  CHECK(batch_ks(policy, mixed, /*probe=*/true) == std::vector<int32_t>(16, 2));
 }
