@@ -124,7 +124,7 @@ SpecRun run_spec(ModelRunner& target, ModelRunner& draft, PagePool& target_pool,
   const int32_t page = target.page_size();
   SpecRun run;
   int64_t rounds = 0, tokens = 0, rejections = 0;
-  double draft_ms = 0, verify_ms = 0, accept_ms = 0, total_ms = 0;
+  double draft_ms = 0, verify_ms = 0, accept_ms = 0, total_ms = 0, plain_ms = 0;
   for (int64_t step = 0;; ++step) {
     std::vector<Sequence*> active;
     for (Sequence* seq : b.ptrs) {
@@ -146,6 +146,7 @@ SpecRun run_spec(ModelRunner& target, ModelRunner& draft, PagePool& target_pool,
       if (step == 0) continue;
       run.plain_steps++;
       verify_ms += ms;
+      plain_ms += ms;
       total_ms += ms;
       tokens += int64_t(active.size());
       run.steps++;
@@ -168,6 +169,7 @@ SpecRun run_spec(ModelRunner& target, ModelRunner& draft, PagePool& target_pool,
     const SpecStepTimes& t = spec.last_times();
     rounds += t.draft_rounds;
     run.plain_steps += t.draft_rounds == 0;
+    if (t.draft_rounds == 0) plain_ms += ms;
     draft_ms += t.draft_ms;
     verify_ms += t.verify_ms;
     accept_ms += t.accept_ms;
@@ -193,6 +195,9 @@ SpecRun run_spec(ModelRunner& target, ModelRunner& draft, PagePool& target_pool,
       all_accepted + rejections ? double(all_accepted) / double(all_accepted + rejections) : 0.0;
   run.tokens_per_step = seq_steps ? double(all_accepted + seq_steps) / double(seq_steps) : 1.0;
   run.mean_k = seq_steps ? double(all_proposed) / double(seq_steps) : 0.0;
+  run.plain_step_ms = run.plain_steps ? plain_ms / double(run.plain_steps) : 0.0;
+  run.cost_ratio = spec.policy().cost_ratio();
+  run.verify_cost = spec.policy().verify_cost();
   run.tok_per_s = total_ms > 0 ? 1000.0 * double(tokens) / total_ms : 0.0;
   return run;
 }
@@ -294,6 +299,9 @@ std::string spec_bench_json(const SpecBenchOptions& o, const std::vector<SpecBat
            {"token_acceptance", s.token_acceptance},
            {"tokens_per_step", s.tokens_per_step},
            {"mean_k", s.mean_k},
+           {"plain_step_ms", s.plain_step_ms},
+           {"cost_ratio", s.cost_ratio},
+           {"verify_cost", s.verify_cost},
            {"tok_per_s", s.tok_per_s},
            {"speedup", s.speedup},
            {"speedup_bracketed", s.speedup_bracketed},

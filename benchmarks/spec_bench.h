@@ -42,6 +42,11 @@ struct SpecRun {
   double token_acceptance = 0;  // per-token alpha: accepted / (accepted + rejections)
   double tokens_per_step = 0;   // per sequence: accepted + 1
   double mean_k = 0;            // proposals per sequence and speculative step (adaptive: chosen k)
+  // The steps without draft rounds (gated, or k = 0 for all), mean ms: what a plain step costs
+  // inside the speculative decoder (the draft's catch-up in chunks included).
+  double plain_step_ms = 0;
+  double cost_ratio = 0;   // the policy's c (draft round / verify pass) at the end of the run
+  double verify_cost = 0;  // the policy's v (verify pass / plain step) at the end (1: unmeasured)
   double tok_per_s = 0;
   double speedup = 0;  // tok_per_s over the plain run's
   // tok_per_s over the mean of the plain runs before and after all speculative runs (A-B-A):
