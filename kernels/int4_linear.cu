@@ -429,7 +429,10 @@ Plan choose_plan(int tiles, int k, int m, int sms, bool clusters, SlotsFn sliced
   if (forced_plan(plan, clusters)) return plan;
   if (tiles >= 8 * sms) {
     if (m > 8) return clusters ? Plan{kWarps, 2} : Plan{kWarps, 1};
-    return Plan{tiles >= 16 * sms ? 4 : 2, 1};
+    // gate|up at 5-8 tokens: 8 tiles a block 31.3-33.2 us against 4 tiles' 31.9-35.1 (even at
+    // 4 tokens, 4 better at 3; NOTES.md v18).
+    if (tiles >= 16 * sms) return Plan{m >= 5 ? kWarps : 4, 1};
+    return Plan{2, 1};
   }
   if (!clusters || (m <= 2 && k < 8192)) return plan;
   const int pairs = k / 64;

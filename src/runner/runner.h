@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <span>
 #include <string>
@@ -114,6 +115,11 @@ class ModelRunner {
   // asynchronously (CUDA); null otherwise (the CPU runner's forward is synchronous, so the
   // host's clock around it is exact).
   virtual std::shared_ptr<const DeviceInterval> last_forward_interval() const { return nullptr; }
+  // The most query rows a forward keeps on its decode kernels, past which some Linear takes a
+  // path that costs several decode steps (the CUDA runner's int4 weights past
+  // kernels::kInt4GemvMaxTokens rows are dequantized to bf16 for cuBLASLt). Speculation keeps
+  // its verify passes within it. No limit by default.
+  virtual int32_t decode_rows_limit() const { return std::numeric_limits<int32_t>::max(); }
   // Samples one token per request from the last forward's logits.
   virtual void sample(std::span<const SampleRequest> requests, std::span<int32_t> out_tokens) = 0;
   // fp32 logits of the last forward: [num_logits, config().vocab_size], for tests and golden

@@ -131,6 +131,11 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig& config
         return l.qkv.bf16() != nullptr && l.o.bf16() != nullptr && l.gate_up.bf16() != nullptr &&
                l.down.bf16() != nullptr;
       });
+  for (const DeviceLayer& l : r->weights_.layers) {
+    for (const DeviceLinear* w : {&l.qkv, &l.o, &l.gate_up, &l.down}) {
+      r->decode_rows_limit_ = std::min(r->decode_rows_limit_, linear_decode_rows_limit(*w));
+    }
+  }
   const int64_t free_weights = free_now();
   r->plan_.weights_bytes = free_gemm - free_weights;
   r->plan_.weight_bytes_by_format = r->weights_.bytes_by_format;

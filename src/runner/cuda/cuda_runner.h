@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include <atomic>
+#include <limits>
 #include <map>
 #include <memory>
 #include <tuple>
@@ -50,6 +51,7 @@ class CudaRunner final : public ModelRunner {
   std::shared_ptr<const DeviceInterval> last_forward_interval() const override {
     return last_interval_;
   }
+  int32_t decode_rows_limit() const override { return decode_rows_limit_; }
   void sample(std::span<const SampleRequest> requests, std::span<int32_t> out_tokens) override;
   void copy_logits(std::span<float> out) override;
   void probs(std::span<const SampleRequest> requests, int32_t width, std::span<float> out,
@@ -110,6 +112,8 @@ class CudaRunner final : public ModelRunner {
   bool overlap_capable_ = false;  // sm_90+: launches may overlap the one before (kernels/pdl.cuh)
   bool overlap_launches_ = true;  // and folded steps use it (set_overlap_launches)
   MemoryPlan plan_;               // set once by make_cuda_runner
+  // The fewest rows any layer's Linear keeps on its decode kernel (device_linear.h).
+  int32_t decode_rows_limit_ = std::numeric_limits<int32_t>::max();
   std::atomic<int64_t> graph_bytes_{0};        // measured at each graph instantiation
   std::atomic<int64_t> free_after_graphs_{0};  // driver free bytes after the last one
 

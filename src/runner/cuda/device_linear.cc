@@ -1,6 +1,7 @@
 #include "runner/cuda/device_linear.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "core/check.h"
 #include "kernels/fp8_linear.cuh"
@@ -71,6 +72,16 @@ void run_w8a8_quantized(const DeviceLinearPart& p, int32_t k, int32_t ldy, int32
 }
 
 }  // namespace
+
+int32_t linear_decode_rows_limit(const DeviceLinear& w) {
+  int32_t limit = std::numeric_limits<int32_t>::max();
+  for (const DeviceLinearPart& p : w.parts) {
+    if (p.format == QuantFormat::kAwq || p.format == QuantFormat::kGptq) {
+      limit = std::min(limit, kernels::kInt4GemvMaxTokens);
+    }
+  }
+  return limit;
+}
 
 void run_linear(const DeviceLinear& w, const __nv_bfloat16* x, int32_t m, void* y, bool out_f32,
                 const LinearScratch& s, cudaStream_t stream) {

@@ -56,6 +56,12 @@ struct LinearScratch {
   kernels::Fp8GemmContext* fp8_gemm = nullptr;  // null when no part is W8A8
 };
 
+// The most rows m that keep every part of `w` off a path costing several decode steps: an int4
+// part past kernels::kInt4GemvMaxTokens dequantizes its whole matrix to bf16 for cuBLASLt (the
+// AWQ 7B's 36-row verify pass 11.6 ms against ~4.7 at 32 rows, H200, NOTES.md v18). Float and
+// FP8 parts pass to GEMMs that read each weight once: no limit.
+int32_t linear_decode_rows_limit(const DeviceLinear& w);
+
 // y[m, n] = x[m, k] · W^T, bf16 or fp32 out; every part picks the decode kernel or the GEMM by m.
 void run_linear(const DeviceLinear& w, const __nv_bfloat16* x, int32_t m, void* y, bool out_f32,
                 const LinearScratch& scratch, cudaStream_t stream);

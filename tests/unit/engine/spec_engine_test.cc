@@ -3,10 +3,13 @@
 // every page of all four pools back, and must not leak pages when a transfer fails.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <limits>
 
 #include "engine/disaggregated_engine.h"
 #include "engine/engine.h"
+#include "engine/local_engine.h"
 #include "engine/spec_decoder.h"
 #include "engine_test_util.h"
 #include "transport/local/local_transport.h"
@@ -276,4 +279,124 @@ TEST_CASE("clip_draft_length keeps k within max_tokens and max_model_len") {
   // One token left: no proposals at all.
   seq.tokens.assign(19, 7);
   CHECK(clip_draft_length(seq, 8, 0) == 0);
+}
+
+namespace {
+
+// The CPU runner with a decode row limit (as the CUDA runner reports for int4 weights), noting
+// the largest verify pass it ran: a forward that keeps more logit rows than it has sequences.
+class RowLimitedRunner final : public ModelRunner {
+ public:
+  RowLimitedRunner(std::unique_ptr<ModelRunner> inner, int32_t limit)
+      : inner_(std::move(inner)), limit_(limit) {}
+  int32_t decode_rows_limit() const override { return limit_; }
+  const ModelConfig& config() const override { return inner_->config(); }
+  std::string device() const override { return inner_->device(); }
+  int32_t page_size() const override { return inner_->page_size(); }
+  int32_t num_pages() const override { return inner_->num_pages(); }
+  void set_valid_vocab(int32_t v) override { inner_->set_valid_vocab(v); }
+  MemoryPlan memory_plan() const override { return inner_->memory_plan(); }
+  void forward(const ForwardBatch& batch) override {
+    if (batch.logit_rows.size() > batch.seqs.size()) {
+      largest_verify = std::max(largest_verify, int64_t(batch.tokens.size()));
+    }
+    inner_->forward(batch);
+  }
+  void sample(std::span<const SampleRequest> r, std::span<int32_t> out) override {
+    inner_->sample(r, out);
+  }
+  void copy_logits(std::span<float> out) override { inner_->copy_logits(out); }
+  void probs(std::span<const SampleRequest> r, int32_t width, std::span<float> out,
+             std::span<int32_t> draws) override {
+    inner_->probs(r, width, out, draws);
+  }
+  ProbRows make_prob_rows(int32_t rows, int32_t width) const override {
+    return inner_->make_prob_rows(rows, width);
+  }
+  void probs_into(std::span<const SampleRequest> r, ProbRows& rows, int32_t first_slot,
+                  std::span<int32_t> draws) override {
+    inner_->probs_into(r, rows, first_slot, draws);
+  }
+  void accept_sampled(std::span<const SampledDrafts> seqs, const ProbRows& draft_rows,
+                      const ProbRows& target_rows, std::span<SpeculativeResult> out) override {
+    inner_->accept_sampled(seqs, draft_rows, target_rows, out);
+  }
+  KvPoolView kv_pool_view() override { return inner_->kv_pool_view(); }
+
+  int64_t largest_verify = 0;  // tokens of the largest verify pass
+
+ private:
+  std::unique_ptr<ModelRunner> inner_;
+  int32_t limit_;
+};
+
+}  // namespace
+
+TEST_CASE("verify passes stay within the target runner's decode row limit, same tokens") {
+  // A self-draft accepts everything, so the policy asks for draft_max = 8: four sequences would
+  // verify 36 rows. With a limit of 12 each takes at most (12 - 4) / 4 = 2 proposals.
+  EngineOptions o;
+  o.model_dir = target_model();
+  o.draft_dir = target_model();
+  o.draft_max = 8;
+  o.draft_min = 1;
+  o.page_size = 4;
+  o.max_num_seqs = 4;
+  o.threads = 1;
+  const std::vector<std::vector<int32_t>> prompts = {prompt_of(9, 1), prompt_of(14, 2),
+                                                     prompt_of(6, 3), prompt_of(11, 4)};
+  const Run plain = [&] {
+    EngineOptions p = o;
+    p.draft_dir.clear();
+    return run_all(p, prompts, {12, 12, 12, 12});
+  }();
+  auto run_limited = [&](int32_t limit, int64_t* largest) {
+    auto model = load_model_dir(o.model_dir);
+    REQUIRE(model.ok());
+    auto tokenizer = Tokenizer::load(o.model_dir);
+    REQUIRE(tokenizer.ok());
+    RunnerOptions ro;
+    ro.page_size = o.page_size;
+    ro.num_pages = 256;
+    ro.max_seqs = o.max_num_seqs;
+    ro.max_logit_rows = o.max_num_seqs * (o.draft_max + 1);
+    ro.threads = 1;
+    auto target = make_runner(*model, ro);
+    REQUIRE(target.ok());
+    auto* limited = new RowLimitedRunner(std::move(target).value(), limit);
+    DraftModel d;
+    auto dm = load_model_dir(o.draft_dir);
+    REQUIRE(dm.ok());
+    d.model = std::make_unique<ModelDir>(std::move(dm).value());
+    auto dr = make_runner(*d.model, ro);
+    REQUIRE(dr.ok());
+    d.runner = std::move(dr).value();
+    d.pool = std::make_unique<PagePool>(d.runner->num_pages());
+    d.config.draft_max = o.draft_max;
+    d.config.draft_min = o.draft_min;
+    d.config.max_batch = o.max_num_seqs;
+    d.config.max_forward_tokens = ro.max_batch_tokens;
+    LocalEngine engine(o, std::move(model).value(), std::move(tokenizer).value(), std::nullopt,
+                       std::unique_ptr<ModelRunner>(limited), std::move(d));
+    Collector col;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      REQUIRE(engine.submit(i, greedy(prompts[i], 12), &col).ok());
+    }
+    engine.run_until_idle();
+    *largest = limited->largest_verify;
+    for (const PoolStatus& p : engine.status().pools) CHECK_MESSAGE(p.used_pages == 0, p.name);
+    return Run{col.results, engine.status().pools};
+  };
+  int64_t capped = 0, open = 0;
+  const Run got = run_limited(12, &capped);
+  const Run unlimited = run_limited(std::numeric_limits<int32_t>::max(), &open);
+  CHECK(capped > 4);    // it speculated
+  CHECK(capped <= 12);  // within the limit
+  CHECK(open > 12);     // without it the policy asks for more
+  check_spec_counts(got, /*self_draft=*/true);
+  for (const auto& [id, r] : got.results) {
+    CAPTURE(id);
+    CHECK(r.ids == plain.results.at(id).ids);
+    CHECK(r.ids == unlimited.results.at(id).ids);
+  }
 }
