@@ -32,43 +32,16 @@ const std::string& tiny_model() {
 }
 
 // Counts the tokens every forward computes: on a prefill stage, the prompt tokens computed.
-class CountingRunner final : public ModelRunner {
+class CountingRunner final : public testing::ForwardingRunner {
  public:
   CountingRunner(std::unique_ptr<ModelRunner> inner, std::atomic<int64_t>& tokens)
-      : inner_(std::move(inner)), tokens_(tokens) {}
-  const ModelConfig& config() const override { return inner_->config(); }
-  std::string device() const override { return inner_->device(); }
-  int32_t page_size() const override { return inner_->page_size(); }
-  int32_t num_pages() const override { return inner_->num_pages(); }
-  void set_valid_vocab(int32_t v) override { inner_->set_valid_vocab(v); }
-  MemoryPlan memory_plan() const override { return inner_->memory_plan(); }
+      : ForwardingRunner(std::move(inner)), tokens_(tokens) {}
   void forward(const ForwardBatch& batch) override {
     tokens_ += int64_t(batch.tokens.size());
-    inner_->forward(batch);
+    ForwardingRunner::forward(batch);
   }
-  void sample(std::span<const SampleRequest> r, std::span<int32_t> out) override {
-    inner_->sample(r, out);
-  }
-  void copy_logits(std::span<float> out) override { inner_->copy_logits(out); }
-  void probs(std::span<const SampleRequest> r, int32_t width, std::span<float> out,
-             std::span<int32_t> draws) override {
-    inner_->probs(r, width, out, draws);
-  }
-  ProbRows make_prob_rows(int32_t rows, int32_t width) const override {
-    return inner_->make_prob_rows(rows, width);
-  }
-  void probs_into(std::span<const SampleRequest> r, ProbRows& rows, int32_t first_slot,
-                  std::span<int32_t> draws) override {
-    inner_->probs_into(r, rows, first_slot, draws);
-  }
-  void accept_sampled(std::span<const SampledDrafts> seqs, const ProbRows& draft_rows,
-                      const ProbRows& target_rows, std::span<SpeculativeResult> out) override {
-    inner_->accept_sampled(seqs, draft_rows, target_rows, out);
-  }
-  KvPoolView kv_pool_view() override { return inner_->kv_pool_view(); }
 
  private:
-  std::unique_ptr<ModelRunner> inner_;
   std::atomic<int64_t>& tokens_;
 };
 
