@@ -416,8 +416,9 @@ bool forced_plan(Plan& plan, bool clusters) {
 
 // The plan, from a sweep of every (tiles per block, parts) in {1, 2, 4, 8}^2 at Qwen2.5-7B's
 // shapes and 1-32 tokens on the H200 (NOTES.md v12):
-// - Many tiles (gate|up, >= 8 a SM): k unsliced, up to 8 tokens several tiles a block as before;
-//   past 8 tokens one tile a warp in 2 slices (7B gate|up at 16 tokens 61.7 -> 54.6 us).
+// - Many tiles (gate|up, >= 8 a SM): k unsliced up to 8 tokens, 2 or 4 tiles a block (8 from 5
+//   tokens where the tiles are >= 16 a SM, v18's re-sweep); past 8 tokens one tile a warp in 2
+//   slices (7B gate|up at 16 tokens 61.7 -> 54.6 us).
 // - Few tiles (q|k|v, o, down): one tile a warp and k in up to 8 slices, as many as one wave of
 //   blocks holds. Each block stages only its slice of x, and the blocks are as many as with one
 //   tile a block. 7B down at 5 / 16 / 32 tokens 32.8 / 69.2 / 126.8 -> 22.7 / 26.9 / 39.6 us.

@@ -213,17 +213,15 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
     // The verify pass stays on the target's decode kernels: past its row limit one forward
     // costs several decode steps (the AWQ 7B at batch 4 with k = 8, 36 rows: verify 11.6 ms
     // against a 2.66 ms plain step, adaptive 0.83x; H200, NOTES.md v18). The speculating
-    // sequences share what the limit leaves evenly, so the draft rounds shrink with them. A fixed
-    // k (benchmarks) and batches holding reproducible sequences keep their k.
+    // sequences share what the limit leaves evenly (so their proposals fit it), and the draft
+    // rounds shrink with them. A fixed k (benchmarks) and batches holding reproducible sequences
+    // keep their k.
     const int64_t rows = target_.decode_rows_limit();
-    if (policy_.config().fixed_k == 0 && !pinned_ && rows < budget) {
-      const auto speculating =
-          std::count_if(chosen.begin(), chosen.end(), [](int32_t k) { return k > 0; });
-      if (speculating > 0) {
-        const int64_t each = std::max<int64_t>(0, rows - int64_t(n)) / speculating;
-        for (int32_t& k : chosen) k = int32_t(std::min<int64_t>(k, each));
-      }
-      verify_room = std::min(verify_room, rows - int64_t(n));
+    const auto speculating =
+        std::count_if(chosen.begin(), chosen.end(), [](int32_t k) { return k > 0; });
+    if (policy_.config().fixed_k == 0 && !pinned_ && rows < budget && speculating > 0) {
+      const int64_t each = std::max<int64_t>(0, rows - int64_t(n)) / speculating;
+      for (int32_t& k : chosen) k = int32_t(std::min<int64_t>(k, each));
     }
   }
   for (size_t i = 0; i < n; ++i) {
