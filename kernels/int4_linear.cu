@@ -8,8 +8,10 @@
 #include <map>
 #include <mutex>
 #include <tuple>
+#include <type_traits>
 
 #include "cuda_check.cuh"
+#include "int4_epilogue.cuh"
 
 namespace tandem::kernels {
 namespace {
@@ -136,6 +138,86 @@ struct GroupWalk {
   }
 };
 
+// Group size 128 (AWQ's and GPTQ's usual): a group is one pair of 16-byte loads a lane, and every
+// k-range a warp walks (chunks, cluster slices, warp splits) is cut at group boundaries, so each
+// group is handled whole, with its scale and zero point loaded beside its weights. That drops
+// GroupWalk's per-block countdown and its prefetch address arithmetic (~45 of the ~104
+// instructions a 512-byte warp load issued at one token; H200 ncu, NOTES.md v19).
+constexpr int kG128 = 128;
+
+// Two groups in flight: [0..1] group g's pairs 2g and 2g + 1, [2..3] group g + 1's.
+struct Batch128 {
+  uint4 w[4];
+  uint32_t scales[2];  // half2: rows j, j + 8
+  uint32_t zeros[2];   // byte pairs: rows j, j + 8
+};
+
+// q: the tile's qweight at the lane; scales, zeros: the tile's [groups, 8], at the lane's j.
+__device__ __forceinline__ void load_batch128(Batch128& b, const uint4* q, const uint32_t* scales,
+                                              const uint16_t* zeros, int g, bool two) {
+  b.w[0] = __ldcs(q + (2 * g) * 32);
+  b.w[1] = __ldcs(q + (2 * g + 1) * 32);
+  b.scales[0] = __ldg(scales + g * 8);
+  b.zeros[0] = __ldg(zeros + g * 8);
+  if (two) {
+    b.w[2] = __ldcs(q + (2 * g + 2) * 32);
+    b.w[3] = __ldcs(q + (2 * g + 3) * 32);
+    b.scales[1] = __ldg(scales + (g + 1) * 8);
+    b.zeros[1] = __ldg(zeros + (g + 1) * 8);
+  }
+}
+
+// mma with a zero accumulator in: the first k-step of a group.
+__device__ __forceinline__ void mma_bf16_first(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                               uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%10,%10,%10,%10};"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(0.0f));
+}
+
+// One group: 4 blocks of 32 features (pair p0's words x, y then z, w; then pair p1's), summed in
+// fp32 from zero in k order, then acc += scale · sum: the sums GroupWalk forms, in its order.
+// xg[nt]: the group's first block of token tile nt (4 uint4 a block).
+template <int NT>
+__device__ __forceinline__ void run_group128(float (&acc)[NT][4], const uint4& p0, const uint4& p1,
+                                             uint32_t s2, uint32_t z2,
+                                             const uint4* const (&xg)[NT]) {
+  // −(128 + z) in both halves: byte z, then 0xC3 (neg_zero_bits as one PRMT).
+  const uint32_t zero_lo = __byte_perm(z2, 0xC3u, 0x4040);
+  const uint32_t zero_hi = __byte_perm(z2, 0xC3u, 0x4141);
+  const uint32_t words[8] = {p0.x, p0.y, p0.z, p0.w, p1.x, p1.y, p1.z, p1.w};
+  float part[NT][4];
+#pragma unroll
+  for (int b = 0; b < 4; ++b) {
+    uint4 xv[NT];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) xv[nt] = xg[nt][b * 4];
+    uint32_t a[4];
+    unpack(words[2 * b], zero_lo, zero_hi, a);
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      if (b == 0) {
+        mma_bf16_first(part[nt], a, xv[nt].x, xv[nt].y);
+      } else {
+        mma_bf16(part[nt], a, xv[nt].x, xv[nt].y);
+      }
+    }
+    unpack(words[2 * b + 1], zero_lo, zero_hi, a);
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) mma_bf16(part[nt], a, xv[nt].z, xv[nt].w);
+  }
+  const float scale_lo = __half2float(__ushort_as_half(static_cast<unsigned short>(s2 & 0xffffu)));
+  const float scale_hi = __half2float(__ushort_as_half(static_cast<unsigned short>(s2 >> 16)));
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+    acc[nt][0] = fmaf(scale_lo, part[nt][0], acc[nt][0]);
+    acc[nt][1] = fmaf(scale_lo, part[nt][1], acc[nt][1]);
+    acc[nt][2] = fmaf(scale_hi, part[nt][2], acc[nt][2]);
+    acc[nt][3] = fmaf(scale_hi, part[nt][3], acc[nt][3]);
+  }
+}
+
 // Words of x per token in shared memory: the chunk's bf16 plus 64 bytes when that makes the
 // stride a multiple of 128 bytes, so two tokens' fragment loads fall in different banks.
 __host__ __device__ inline int x_stride_words(int chunk) {
@@ -186,26 +268,29 @@ __device__ void stage_x(const __nv_bfloat16* __restrict__ x, const int32_t* __re
 // kSliced: the cluster form (parts > 1), a separate instantiation so that the unsliced one keeps
 // its code. Both are held to three blocks an SM up to one token tile (80 registers): the k-slice
 // bookkeeping took one shared kernel to 95 registers and two blocks an SM, 10-25% slower at one
-// token (H200, NOTES.md v12).
-template <int M, bool kSliced, typename Out>
+// token (H200, NOTES.md v12). kGroups128: the group-128 path (group_size 128), its own
+// instantiation too (sharing one kernel, both paths spilled under the 80-register cap).
+// Epi: where the sums go (int4_epilogue.cuh).
+template <int M, bool kSliced, bool kGroups128, typename Epi>
 __global__ void __launch_bounds__(kThreads, M <= 8 ? 3 : 2)
     int4_gemv_kernel(const __nv_bfloat16* __restrict__ x, Int4Matrix w, int m, int tiles_per_block,
-                     int sliced_parts, int chunk, Out* __restrict__ y, int ldy) {
+                     int sliced_parts, int chunk, Epi epi) {
   constexpr int NT = (M + 7) / 8;
   const int parts = kSliced ? sliced_parts : 1;
   extern __shared__ uint4 smem[];
   const int stride = x_stride_words(chunk);
   uint32_t* xs = reinterpret_cast<uint32_t*>(smem);        // [M, stride]
   float* red = reinterpret_cast<float*>(xs + M * stride);  // [kWarps, 16, M]
-  float* sums = red + kWarps * 16 * M;                     // [tiles_per_block, 16, M] (parts > 1)
+  float* sums = red + kWarps * 16 * M;  // [tiles_per_block, 16, M] (parts > 1 or pairs)
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int j = lane >> 2, quad = lane & 3;
   const int splits = kWarps / tiles_per_block;
   const int part = blockIdx.x % parts, tile_block = blockIdx.x / parts;
-  const int tile = tile_block * tiles_per_block + warp / splits;
+  const int mapped = epi.tile(tile_block, tiles_per_block, warp / splits, (w.n + 15) / 16);
+  const bool active = mapped >= 0;
+  const int tile = active ? mapped : 0;
   const int split = warp % splits;
-  const bool active = tile < (w.n + 15) / 16;
   const int k = w.k;
   const int pairs = k / 64;
   const bool odd_block = (k / 32) % 2 == 1;
@@ -219,11 +304,75 @@ __global__ void __launch_bounds__(kThreads, M <= 8 ? 3 : 2)
   walk.blocks_per_group = w.group_size / 32;
   float acc[NT][4] = {};
 
-  // This block's slice of k: whole pairs of 32-feature blocks, the odd last block with the last.
-  const int k_begin = 64 * (pairs * part / parts);
-  const int k_end = part == parts - 1 ? k : 64 * (pairs * (part + 1) / parts);
+  // This block's slice of k: whole units (groups of 128 on the group-128 path, else pairs of
+  // 32-feature blocks, the odd last block with the last).
+  const int unit = kGroups128 ? kG128 : 64;
+  const int units = k / unit;
+  const int k_begin = unit * (units * part / parts);
+  const int k_end = part == parts - 1 ? k : unit * (units * (part + 1) / parts);
+  // Each chunk is a multiple of 128 features (smem_plan), so chunks keep groups whole.
+  auto stage_chunk = [&](int c0, int kc) {
+    if (c0 > k_begin) __syncthreads();  // every warp is done with the previous chunk
+    stage_x<M>(x, w.perm, m, k, c0, kc, stride, xs);
+    __syncthreads();
+  };
+  // x fragments of token j of each tile at the chunk's first block. Rows past M (M < 8, or a
+  // partial last tile) read row M - 1 as they are: each output column of the mma depends only on
+  // its own x row, and columns past M are never stored, so no mask is needed (masking took ~12%
+  // of the one-token loop's instructions; without it the 7B's int4 layer at one token is 72.8 ->
+  // 67.6 us, H200, NOTES.md v13).
+  const uint4* xfrag[NT];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+    xfrag[nt] = reinterpret_cast<const uint4*>(xs + min(nt * 8 + j, M - 1) * stride) + quad;
+  }
   for (int c0 = k_begin; c0 < k_end; c0 += chunk) {
     const int kc = min(chunk, k_end - c0);
+    if constexpr (kGroups128) {
+      // This warp's groups of the chunk; the first two groups' loads are in flight while x is
+      // staged.
+      const int cg = kc / kG128;
+      const int g0 = c0 / kG128 + cg * split / splits;
+      const int g1 = c0 / kG128 + cg * (split + 1) / splits;
+      const bool any = active && g1 > g0;
+      const uint32_t* gscales = walk.scales;
+      const uint16_t* gzeros = walk.zeros;
+      const uint4* q = qtile + lane;
+      Batch128 cur = {}, nxt = {};
+      if (any) load_batch128(cur, q, gscales, gzeros, g0, g0 + 1 < g1);
+      stage_chunk(c0, kc);
+      if (!any) continue;
+      // Group g's x: 4 blocks of 4 uint4 from the chunk's start.
+      auto run = [&](const Batch128& b, int g) {
+        const uint4* xg[NT];
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) xg[nt] = xfrag[nt] + (g * kG128 - c0) / 32 * 4;
+        run_group128<NT>(acc, b.w[0], b.w[1], b.scales[0], b.zeros[0], xg);
+        if (g + 1 < g1) {
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) xg[nt] += 16;
+          run_group128<NT>(acc, b.w[2], b.w[3], b.scales[1], b.zeros[1], xg);
+        }
+      };
+      // Two batches of two groups in flight, alternating registers at one token tile (as the
+      // general loop below).
+      if constexpr (NT == 1) {
+        for (int g = g0; g < g1; g += 4) {
+          if (g + 2 < g1) load_batch128(nxt, q, gscales, gzeros, g + 2, g + 3 < g1);
+          run(cur, g);
+          if (g + 2 >= g1) break;
+          if (g + 4 < g1) load_batch128(cur, q, gscales, gzeros, g + 4, g + 5 < g1);
+          run(nxt, g + 2);
+        }
+      } else {
+        for (int g = g0; g < g1; g += 2) {
+          if (g + 2 < g1) load_batch128(nxt, q, gscales, gzeros, g + 2, g + 3 < g1);
+          run(cur, g);
+          cur = nxt;
+        }
+      }
+      continue;
+    }
     // This warp's pairs of the chunk, and the odd last block for the last warp of a tile.
     const int chunk_pairs = kc / 64;
     const int p0 = c0 / 64 + chunk_pairs * split / splits;
@@ -237,21 +386,9 @@ __global__ void __launch_bounds__(kThreads, M <= 8 ? 3 : 2)
     for (int u = 0; u < kUnroll; ++u)
       if (active && p0 + u < p1) cur[u] = __ldcs(qtile + (p0 + u) * 32 + lane);
     if (any) walk.start(2 * p0);
-    if (c0 > k_begin) __syncthreads();  // every warp is done with the previous chunk
-    stage_x<M>(x, w.perm, m, k, c0, kc, stride, xs);
-    __syncthreads();
+    stage_chunk(c0, kc);
     if (!any) continue;
 
-    // Token j of each tile. Rows past M (M < 8, or a partial last tile) read row M - 1 as they
-    // are: each output column of the mma depends only on its own x row, and columns past M are
-    // never stored, so no mask is needed (masking took ~12% of the one-token loop's
-    // instructions; without it the 7B's int4 layer at one token is 72.8 -> 67.6 us, H200,
-    // NOTES.md v13).
-    const uint4* xfrag[NT];
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-      xfrag[nt] = reinterpret_cast<const uint4*>(xs + min(nt * 8 + j, M - 1) * stride) + quad;
-    }
     auto x_block = [&](int b) {
       typename GroupWalk<NT>::XFrags xv;
 #pragma unroll
@@ -320,37 +457,43 @@ __global__ void __launch_bounds__(kThreads, M <= 8 ? 3 : 2)
   }
   __syncthreads();
   const int outputs = tiles_per_block * 16 * M;
-  auto store = [&](int o, float v) {
-    const int local = o / (16 * M), row = (o / M) % 16, tok = o % M;
-    const int r = (tile_block * tiles_per_block + local) * 16 + row;
-    if (tok >= m || r >= w.n) return;  // padding
-    if constexpr (sizeof(Out) == 4) {
-      y[int64_t(tok) * ldy + r] = v;
-    } else {
-      y[int64_t(tok) * ldy + r] = __float2bfloat16(v);
-    }
-  };
+  const int4_epilogue::BlockTiles bt{tile_block, tiles_per_block, m};
+  constexpr bool kKeep = kSliced || Epi::kPairs;  // every sum in `sums` before any is used
   for (int o = threadIdx.x; o < outputs; o += kThreads) {
     const int local = o / (16 * M), row = (o / M) % 16, tok = o % M;
     float v = 0.0f;
     for (int s = 0; s < splits; ++s) v += red[((local * splits + s) * 16 + row) * M + tok];
-    if constexpr (kSliced) {
+    if constexpr (kKeep) {
       sums[o] = v;
     } else {
-      store(o, v);
+      epi.template put<M>(bt, o, v);
     }
   }
-  if constexpr (!kSliced) return;
+  if constexpr (!kKeep) return;
+  if constexpr (!kSliced) {
+    __syncthreads();
+    if constexpr (Epi::kPairs) {
+      epi.template finish<M>(bt, [&](int o) { return sums[o]; }, threadIdx.x, kThreads);
+    }
+    return;
+  }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   // Each rank adds every rank's slice sums, in rank order, for its share of the outputs; the
   // second sync keeps every block's shared memory alive until the others have read it.
   namespace cg = cooperative_groups;
   cg::cluster_group cluster = cg::this_cluster();
   cluster.sync();
-  for (int o = part * kThreads + threadIdx.x; o < outputs; o += parts * kThreads) {
+  auto total = [&](int o) {
     float v = 0.0f;
     for (int p = 0; p < parts; ++p) v += cluster.map_shared_rank(sums, p)[o];
-    store(o, v);
+    return v;
+  };
+  if constexpr (Epi::kPairs) {
+    epi.template finish<M>(bt, total, part * kThreads + threadIdx.x, parts * kThreads);
+  } else {
+    for (int o = part * kThreads + threadIdx.x; o < outputs; o += parts * kThreads) {
+      epi.template put<M>(bt, o, total(o));
+    }
   }
   cluster.sync();
 #endif
@@ -461,18 +604,18 @@ int blocks_per_sm(int device, const void* kernel, size_t smem) {
   return it->second;
 }
 
-// Shared memory of a launch: x in chunks of `chunk` features, the warps' sums and, sliced, the
-// block's sums for the cluster.
+// Shared memory of a launch: x in chunks of `chunk` features, the warps' sums and, sliced or
+// with a paired epilogue, the block's sums.
 struct SmemPlan {
   int chunk = 0;
   size_t bytes = 0;
 };
 
 template <int M>
-SmemPlan smem_plan(int smem_budget, int k, bool sliced) {
-  const int reduce_bytes = kWarps * 16 * M * 4 * (sliced ? 2 : 1);
+SmemPlan smem_plan(int smem_budget, int k, bool keep_sums) {
+  const int reduce_bytes = kWarps * 16 * M * 4 * (keep_sums ? 2 : 1);
   SmemPlan p;
-  p.chunk = std::min(((smem_budget - reduce_bytes) / M - 64) / 2 / 64 * 64, k);
+  p.chunk = std::min(((smem_budget - reduce_bytes) / M - 64) / 2 / 128 * 128, k);
   p.bytes = size_t(M) * x_stride_words(p.chunk) * 4 + size_t(reduce_bytes);
   return p;
 }
@@ -485,25 +628,48 @@ void allow_smem(Kernel* kernel, size_t bytes) {
   }
 }
 
-template <int M, typename Out>
-void launch_gemv_m(const __nv_bfloat16* x, const Int4Matrix& w, int32_t m, Out* y, int32_t ldy,
+// Rows of whole heads a block (the RoPE epilogue): 8 tiles, k sliced over as many blocks of a
+// cluster as one wave holds (the few-tile rule of choose_plan, at every token count).
+template <typename SlotsFn>
+Plan whole_heads_plan(int tiles, bool clusters, SlotsFn sliced_slots) {
+  Plan plan{kWarps, 1};
+  if (!clusters) return plan;
+  const int tile_blocks = (tiles + kWarps - 1) / kWarps;
+  const int slots = sliced_slots();
+  for (int parts = 2; parts <= 8; parts *= 2) {
+    if (tile_blocks * parts <= slots) plan.parts = parts;
+  }
+  return plan;
+}
+
+template <int M, bool kGroups128, typename Epi>
+void launch_gemv_m(const __nv_bfloat16* x, const Int4Matrix& w, int32_t m, const Epi& epi,
                    cudaStream_t stream) {
   const int tiles = (w.n + 15) / 16;
   const DeviceFacts& dev = device_facts();
-  auto* sliced = int4_gemv_kernel<M, true, Out>;
+  auto* sliced = int4_gemv_kernel<M, true, kGroups128, Epi>;
   const SmemPlan sliced_smem = smem_plan<M>(dev.smem_budget, w.k, true);
-  const Plan plan = choose_plan(tiles, w.k, M, dev.sms, dev.clusters, [&] {
+  auto sliced_slots = [&] {
     allow_smem(sliced, sliced_smem.bytes);  // before the occupancy query, which counts on it
     return dev.sms *
            blocks_per_sm(dev.device, reinterpret_cast<const void*>(sliced), sliced_smem.bytes);
-  });
+  };
+  Plan plan;
+  if constexpr (std::is_same_v<Epi, int4_epilogue::Rope>) {
+    plan = whole_heads_plan(tiles, dev.clusters, sliced_slots);
+  } else {
+    plan = choose_plan(tiles, w.k, M, dev.sms, dev.clusters, sliced_slots);
+  }
+  if constexpr (std::is_same_v<Epi, int4_epilogue::SwiGlu>) {
+    plan.tiles_per_block = std::max(plan.tiles_per_block, 2);  // gate and up rows together
+  }
   const int blocks = (tiles + plan.tiles_per_block - 1) / plan.tiles_per_block * plan.parts;
   if (plan.parts == 1) {
-    auto* kernel = int4_gemv_kernel<M, false, Out>;
-    const SmemPlan smem = smem_plan<M>(dev.smem_budget, w.k, false);
+    auto* kernel = int4_gemv_kernel<M, false, kGroups128, Epi>;
+    const SmemPlan smem = smem_plan<M>(dev.smem_budget, w.k, Epi::kPairs);
     allow_smem(kernel, smem.bytes);
     kernel<<<blocks, kThreads, smem.bytes, stream>>>(x, w, m, plan.tiles_per_block, 1, smem.chunk,
-                                                     y, ldy);
+                                                     epi);
     return;
   }
   allow_smem(sliced, sliced_smem.bytes);  // a forced plan may not have asked the slots
@@ -520,7 +686,7 @@ void launch_gemv_m(const __nv_bfloat16* x, const Int4Matrix& w, int32_t m, Out* 
   config.attrs = &cluster;
   config.numAttrs = 1;
   TANDEM_CUDA_CHECK(cudaLaunchKernelEx(&config, sliced, x, w, m, plan.tiles_per_block, plan.parts,
-                                       sliced_smem.chunk, y, ldy));
+                                       sliced_smem.chunk, epi));
 }
 
 // The instantiation for m tokens: exact up to one tile of 8; beyond, whole tiles with padded
@@ -530,13 +696,21 @@ constexpr int next_tokens() {
   return M < 8 ? M + 1 : M + 8;
 }
 
-template <typename Out, int M = 1>
-void dispatch(const __nv_bfloat16* x, const Int4Matrix& w, int32_t m, Out* y, int32_t ldy,
+// The group-128 path up to 16 tokens: the 7B's int4 Linears a layer at 1 / 2 / 8 / 16 tokens
+// 59.1 / 61.0 / 71.8 / 98.7 -> 48.8 / 54.1 / 65.7 / 98.0 us, but at 32 168.4 -> 171.0 (gate|up
+// 94.2 -> 99.2; H200, NOTES.md v19). The paired epilogues run on it only (their callers check).
+constexpr int kGroups128MaxTokens = 16;
+
+template <typename Epi, int M = 1>
+void dispatch(const __nv_bfloat16* x, const Int4Matrix& w, int32_t m, const Epi& epi,
               cudaStream_t stream) {
   if constexpr (M < kInt4GemvMaxTokens) {
-    if (m > M) return dispatch<Out, next_tokens<M>()>(x, w, m, y, ldy, stream);
+    if (m > M) return dispatch<Epi, next_tokens<M>()>(x, w, m, epi, stream);
   }
-  launch_gemv_m<M>(x, w, m, y, ldy, stream);
+  if constexpr (M <= kGroups128MaxTokens) {
+    if (w.group_size == kG128) return launch_gemv_m<M, true>(x, w, m, epi, stream);
+  }
+  if constexpr (!Epi::kPairs) launch_gemv_m<M, false>(x, w, m, epi, stream);
 }
 
 // One thread per qweight word: its 8 weights, rows j and j + 8 of a tile, to bf16.
@@ -604,10 +778,46 @@ void launch_int4_gemv(const __nv_bfloat16* x, const Int4Matrix& w, int32_t m, vo
     std::abort();
   }
   if (out_f32) {
-    dispatch(x, w, m, static_cast<float*>(y), ldy, stream);
+    dispatch(x, w, m, int4_epilogue::Store<float>{static_cast<float*>(y), ldy, w.n}, stream);
   } else {
-    dispatch(x, w, m, static_cast<__nv_bfloat16*>(y), ldy, stream);
+    dispatch(x, w, m, int4_epilogue::Store<__nv_bfloat16>{static_cast<__nv_bfloat16*>(y), ldy, w.n},
+             stream);
   }
+  TANDEM_CUDA_CHECK_LAUNCH();
+}
+
+bool int4_swiglu_fuses(const Int4Matrix& w, int32_t m) {
+  return valid(w) && w.group_size == kG128 && m >= 1 && m <= kGroups128MaxTokens &&
+         w.n % 32 == 0;
+}
+
+void launch_int4_gemv_swiglu(const __nv_bfloat16* x, const Int4Matrix& w, int32_t m,
+                             __nv_bfloat16* act, cudaStream_t stream) {
+  if (!int4_swiglu_fuses(w, m)) {
+    std::fprintf(stderr, "int4 gemv swiglu: unsupported m=%d n=%d k=%d group_size=%d\n", m, w.n,
+                 w.k, w.group_size);
+    std::abort();
+  }
+  dispatch(x, w, m, int4_epilogue::SwiGlu{act, w.n / 2}, stream);
+  TANDEM_CUDA_CHECK_LAUNCH();
+}
+
+bool int4_qkv_rope_fuses(const Int4Matrix& w, int32_t m, const RopeKvShape& s) {
+  const int D = s.head_dim;
+  return valid(w) && w.group_size == kG128 && m >= 1 && m <= kGroups128MaxTokens &&
+         m == s.num_tokens && (D == 16 || D == 32 || D == 64 || D == 128) &&
+         w.n == (s.num_heads + 2 * s.num_kv_heads) * D && device_facts().clusters;
+}
+
+void launch_int4_qkv_rope_gemv(const __nv_bfloat16* x, const Int4Matrix& w, int32_t m,
+                               const RopeKvTarget& out, cudaStream_t stream) {
+  if (!int4_qkv_rope_fuses(w, m, out.s)) {
+    std::fprintf(stderr,
+                 "int4 q|k|v rope gemv: unsupported m=%d n=%d k=%d group_size=%d head_dim=%d\n", m,
+                 w.n, w.k, w.group_size, out.s.head_dim);
+    std::abort();
+  }
+  dispatch(x, w, m, int4_epilogue::Rope{out}, stream);
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 

@@ -13,6 +13,8 @@
 
 #include <cstdint>
 
+#include "rope_kv.cuh"
+
 namespace tandem::kernels {
 
 // The GEMV multiplies on the tensor cores (mma.m16n8k16, bf16 in, fp32 out): a warp takes 16
@@ -52,6 +54,26 @@ void launch_int4_gemv(const __nv_bfloat16* x,  // [m, k] in, row stride k, 16-by
                       const Int4Matrix& w, int32_t m,
                       void* y,  // [m, ldy] out
                       int32_t ldy, bool out_f32, cudaStream_t stream);
+
+// Decode projections with their activation fused into the GEMV's epilogue, each with the bits
+// of launch_int4_gemv (bf16 out) followed by the separate kernel, one launch fewer and no
+// round trip of the projection's output. Where `*_fuses` is false (group sizes other than 128,
+// more than 16 tokens, other head sizes, no thread-block clusters), run the two launches.
+//
+// w = gate | up ([2 * width, k], width % 16 == 0): act = silu(x · gate^T) * (x · up^T), as
+// launch_silu_mul.
+bool int4_swiglu_fuses(const Int4Matrix& w, int32_t m);
+void launch_int4_gemv_swiglu(const __nv_bfloat16* x,  // [m, k] in
+                             const Int4Matrix& w, int32_t m,
+                             __nv_bfloat16* act,  // [m, width] out
+                             cudaStream_t stream);
+
+// w = q | k | v ([(H + 2 KVH) * D, k]): RoPE, the bias and the K/V page write as
+// launch_rope_kv_write (out.s.num_tokens == m).
+bool int4_qkv_rope_fuses(const Int4Matrix& w, int32_t m, const RopeKvShape& s);
+void launch_int4_qkv_rope_gemv(const __nv_bfloat16* x,  // [m, k] in
+                               const Int4Matrix& w, int32_t m, const RopeKvTarget& out,
+                               cudaStream_t stream);
 
 // Prefill sizes: the whole matrix as bf16 in the original feature order (out[r, perm[i]] for a
 // permuted matrix), for a cuBLASLt GEMM with the unpermuted activations. The bf16 rounding of

@@ -1,15 +1,20 @@
 // The int4 kernels (kernels/int4_linear.cuh) on layouts repacked from random GPTQ tensors, with
 // and without an act-order permutation: the GEMV against fp64 sums of int4_layout_row's weights
-// for 1..4 tokens, bf16 and fp32 outputs, and the dequantized matrix bit for bit.
+// for 1..32 tokens, bf16 and fp32 outputs, the dequantized matrix bit for bit, and the GEMVs
+// with SwiGLU and RoPE epilogues against the GEMV followed by the separate kernel.
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <numeric>
 #include <random>
 #include <string>
 
 #include "gpu_test_util.h"
 #include "kernels/int4_linear.cuh"
+#include "kernels/rope_kv.cuh"
+#include "kernels/silu_mul.cuh"
 #include "model/device_quant_layout.h"
 #include "unit/quant/quant_test_util.h"
 
@@ -82,6 +87,7 @@ const Shape kShapes[] = {
     {1000, 3584, -1, false},  {200, 18944, 128, true},  // down_proj's k: x staged in chunks
     {24, 5920, 32, true},                               // chunks ending in the lone block
     {17000, 128, 64, false},  {35000, 96, 32, true},    // several row tiles per thread block
+    {17000, 384, 128, true},  // group 128 with several tiles a block and an odd group count
 };
 
 }  // namespace
@@ -162,5 +168,130 @@ TEST_CASE("int4 dequant writes bf16((q - zero) * scale) at the original feature 
     size_t wrong = 0;
     for (size_t i = 0; i < w.size(); ++i) wrong += got[i] != f32_to_bf16(w[i]);
     CHECK(wrong == 0);
+  }
+}
+
+namespace {
+
+// Elements equal bit for bit, as a fraction.
+double equal_fraction(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b) {
+  size_t same = 0;
+  for (size_t i = 0; i < a.size(); ++i) same += a[i] == b[i];
+  return a.empty() ? 1.0 : double(same) / double(a.size());
+}
+
+// a against b as the reference, both bf16.
+double bf16_rel_error(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b) {
+  const std::vector<float> bf = to_f32(b);
+  return rel_error(to_f32(a), std::vector<double>(bf.begin(), bf.end()));
+}
+
+}  // namespace
+
+// The fused forms round each sum to bf16 and run the separate kernel's device function, so they
+// differ from the two launches only where the fused plan splits k differently (sums in another
+// order): nearly every element equal, the rest within rounding.
+TEST_CASE("int4 gemv with the SwiGLU epilogue matches the gemv then silu_mul") {
+  struct Case {
+    int width, k;
+    bool act_order;
+  };
+  // Partial row blocks (3 gate tiles), Qwen2.5-0.5B's and -7B's gate|up (act order on one).
+  uint32_t seed = 200;
+  for (const Case& c : {Case{48, 384, false}, Case{4864, 896, true}, Case{18944, 3584, false}}) {
+    CAPTURE(c.width);
+    CAPTURE(c.k);
+    const Int4Layout layout = random_layout(Shape{2 * c.width, c.k, 128, c.act_order}, seed++);
+    const DeviceInt4 dev(layout);
+    const auto xb = random_bf16(size_t(16) * c.k, seed++, 1.0f);
+    const Dev<__nv_bfloat16> x(xb);
+    for (int m : {1, 2, 3, 5, 8, 9, 16}) {
+      CAPTURE(m);
+      REQUIRE(kernels::int4_swiglu_fuses(dev.matrix(), m));
+      Dev<__nv_bfloat16> gate_up(size_t(m) * 2 * c.width), ref(size_t(m) * c.width);
+      Dev<__nv_bfloat16> got(size_t(m) * c.width), again(size_t(m) * c.width);
+      got.poison();
+      again.poison();
+      kernels::launch_int4_gemv(x.p, dev.matrix(), m, gate_up.p, 2 * c.width, false, nullptr);
+      kernels::launch_silu_mul(gate_up.p, m, c.width, ref.p, nullptr);
+      kernels::launch_int4_gemv_swiglu(x.p, dev.matrix(), m, got.p, nullptr);
+      kernels::launch_int4_gemv_swiglu(x.p, dev.matrix(), m, again.p, nullptr);
+      const auto r = ref.get<uint16_t>(), g = got.get<uint16_t>(), a = again.get<uint16_t>();
+      CHECK(same_bits(g.data(), a.data(), g.size() * 2));
+      CHECK(bf16_rel_error(g, r) < 2e-3);  // every element written: poison is NaN
+      CHECK(equal_fraction(g, r) > 0.99);
+    }
+  }
+}
+
+TEST_CASE("int4 q|k|v gemv with the RoPE epilogue matches the gemv then rope_kv_write") {
+  struct Case {
+    int heads, kv_heads, dim, page_size, k;
+  };
+  // Qwen2.5-0.5B's and -7B's layers, and a small head size over few tiles.
+  uint32_t seed = 300;
+  for (const Case& c : {Case{14, 2, 64, 1, 896}, Case{28, 4, 128, 16, 3584},
+                        Case{4, 2, 32, 16, 256}}) {
+    const int H = c.heads, KVH = c.kv_heads, D = c.dim, P = c.page_size;
+    const int W = (H + 2 * KVH) * D;
+    const Int4Layout layout = random_layout(Shape{W, c.k, 128, false}, seed++);
+    const DeviceInt4 dev(layout);
+    const auto xb = random_bf16(size_t(16) * c.k, seed++, 1.0f);
+    const Dev<__nv_bfloat16> x(xb);
+    std::vector<float> inv(size_t(D / 2));
+    for (int i = 0; i < D / 2; ++i) inv[size_t(i)] = 1.0f / std::pow(1000000.0f, float(2 * i) / D);
+    const Dev<float> dinv(inv), dbias(random_f32(size_t(W), seed++, -0.5f, 0.5f));
+    for (int m : {1, 2, 3, 8, 16}) {
+      for (bool with_bias : {true, false}) {
+        CAPTURE(D);
+        CAPTURE(m);
+        CAPTURE(with_bias);
+        // Token t at position 37 t + 5 in a scrambled slot of its own.
+        const int num_pages = 2 * m + 3;
+        std::vector<int32_t> order(size_t(num_pages) * P), positions, slots;
+        std::iota(order.begin(), order.end(), 0);
+        std::shuffle(order.begin(), order.end(), std::mt19937(uint32_t(m + D)));
+        for (int t = 0; t < m; ++t) {
+          positions.push_back(37 * t + 5);
+          slots.push_back(order[size_t(t)]);
+        }
+        const Dev<int32_t> dpos(positions), dslots(slots);
+        const auto cache = random_bf16(size_t(num_pages) * KVH * P * D, seed, 1.0f);
+        const kernels::RopeKvShape shape{m, H, KVH, D, P};
+        REQUIRE(kernels::int4_qkv_rope_fuses(dev.matrix(), m, shape));
+        struct Out {
+          std::vector<uint16_t> q, k, v;
+        };
+        auto run = [&](bool fused) {
+          Dev<__nv_bfloat16> q(size_t(m) * H * D), kc(cache), vc(cache), qkv(size_t(m) * W);
+          q.poison();
+          const kernels::RopeKvTarget out{with_bias ? dbias.p : nullptr, dpos.p, dslots.p, dinv.p,
+                                          shape, q.p, kc.p, vc.p};
+          if (fused) {
+            kernels::launch_int4_qkv_rope_gemv(x.p, dev.matrix(), m, out, nullptr);
+          } else {
+            kernels::launch_int4_gemv(x.p, dev.matrix(), m, qkv.p, W, false, nullptr);
+            kernels::launch_rope_kv_write(qkv.p, out.bias, dpos.p, dslots.p, dinv.p, shape, q.p,
+                                          kc.p, vc.p, nullptr);
+          }
+          return Out{q.get<uint16_t>(), kc.get<uint16_t>(), vc.get<uint16_t>()};
+        };
+        const Out ref = run(false), got = run(true), again = run(true);
+        CHECK(same_bits(got.q.data(), again.q.data(), got.q.size() * 2));
+        CHECK(same_bits(got.k.data(), again.k.data(), got.k.size() * 2));
+        CHECK(same_bits(got.v.data(), again.v.data(), got.v.size() * 2));
+        CHECK(bf16_rel_error(got.q, ref.q) < 2e-3);  // every q written: poison is NaN
+        CHECK(bf16_rel_error(got.k, ref.k) < 2e-3);
+        CHECK(bf16_rel_error(got.v, ref.v) < 2e-3);
+        CHECK(equal_fraction(got.q, ref.q) > 0.99);
+        // Not vacuous: each token's K and V slots moved off the random cache they started as.
+        int changed = 0;
+        for (int t = 0; t < m; ++t) {
+          const size_t at = size_t(slots[size_t(t)] / P * KVH * P + slots[size_t(t)] % P) * D;
+          changed += got.k[at] != cache[at] && got.v[at + 1] != cache[at + 1];
+        }
+        CHECK(changed == m);
+      }
+    }
   }
 }

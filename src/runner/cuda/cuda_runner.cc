@@ -12,6 +12,7 @@
 #include "kernels/embedding.cuh"
 #include "kernels/gemm_skinny.cuh"
 #include "kernels/gemv.cuh"
+#include "kernels/int4_linear.cuh"
 #include "kernels/paged_attention.cuh"
 #include "kernels/prefill_attention.cuh"
 #include "kernels/qkv_rope.cuh"
@@ -469,9 +470,13 @@ void CudaRunner::run_model(int32_t T, int32_t L) {
     } else {
       // The previous layer's MLP output joins the residual here.
       const bool qkv_fp8 = add_rmsnorm(li == 0 ? nullptr : delta, input_normed.weight, T, w.qkv);
+      kernels::Int4Matrix qkv_int4;
       if (T <= kernels::kGemvMaxTokens && w.qkv.bf16() != nullptr && D % 16 == 0) {
         // Decode: RoPE and the K/V write in the projection's epilogue (the same bits).
         kernels::launch_qkv_rope_gemv(normed, w.qkv.bf16(), H, rope_out, stream_);
+      } else if (single_int4_matrix(w.qkv, &qkv_int4) &&
+                 kernels::int4_qkv_rope_fuses(qkv_int4, T, rope_shape)) {
+        kernels::launch_int4_qkv_rope_gemv(normed, qkv_int4, T, rope_out, stream_);
       } else {
         linear_after_norm(normed, w.qkv, T, qkv_.ptr(), qkv_fp8);
         kernels::launch_rope_kv_write(qkv_.as<__nv_bfloat16>(), qkv_bias, meta + off_positions_,
@@ -495,9 +500,14 @@ void CudaRunner::run_model(int32_t T, int32_t L) {
     // The SwiGLU fused into the projection: the GEMV for one token (4.55 vs 4.59 ms a 7B step,
     // NOTES.md v8), the skinny GEMM for 2-16 (7B gate|up 62.8-68.5 us against 75 for cuBLASLt
     // and silu_mul, v15); each the same bits as its unfused pair.
+    // Int4 (group 128, up to 16 tokens): the same fusion in the int4 GEMV (NOTES.md v19).
+    kernels::Int4Matrix gate_up_int4;
     if (T < kernels::kSkinnyMinTokens && w.gate_up.bf16() != nullptr) {
       kernels::launch_gemv_swiglu(normed, w.gate_up.bf16(), T, I, H, act_.as<__nv_bfloat16>(),
                                   stream_);
+    } else if (single_int4_matrix(w.gate_up, &gate_up_int4) &&
+               kernels::int4_swiglu_fuses(gate_up_int4, T)) {
+      kernels::launch_int4_gemv_swiglu(normed, gate_up_int4, T, act_.as<__nv_bfloat16>(), stream_);
     } else if (kernels::skinny_swiglu_wins(T) && w.gate_up.bf16() != nullptr) {
       kernels::launch_skinny_swiglu(normed, w.gate_up.bf16(), T, I, H, act_.as<__nv_bfloat16>(),
                                     stream_);

@@ -83,6 +83,14 @@ int32_t linear_decode_rows_limit(const DeviceLinear& w) {
   return limit;
 }
 
+bool single_int4_matrix(const DeviceLinear& w, kernels::Int4Matrix* out) {
+  if (w.parts.size() != 1) return false;
+  const DeviceLinearPart& p = w.parts[0];
+  if (p.format != QuantFormat::kAwq && p.format != QuantFormat::kGptq) return false;
+  *out = int4_matrix(p, w.k);
+  return true;
+}
+
 void run_linear(const DeviceLinear& w, const __nv_bfloat16* x, int32_t m, void* y, bool out_f32,
                 const LinearScratch& s, cudaStream_t stream) {
   if (m == 0) return;

@@ -18,6 +18,7 @@ namespace tandem {
 namespace kernels {
 class GemmContext;
 class Fp8GemmContext;
+struct Int4Matrix;
 }  // namespace kernels
 
 struct DeviceLinearPart {
@@ -61,6 +62,10 @@ struct LinearScratch {
 // AWQ 7B's 36-row verify pass 11.6 ms against ~4.7 at 32 rows, H200, NOTES.md v18). Float and
 // FP8 parts pass to GEMMs that read each weight once: no limit.
 int32_t linear_decode_rows_limit(const DeviceLinear& w);
+
+// The matrix of `w` when it is one AWQ/GPTQ part, for the int4 kernels with fused epilogues
+// (kernels/int4_linear.cuh); else false.
+bool single_int4_matrix(const DeviceLinear& w, kernels::Int4Matrix* out);
 
 // y[m, n] = x[m, k] · W^T, bf16 or fp32 out; every part picks the decode kernel or the GEMM by m.
 void run_linear(const DeviceLinear& w, const __nv_bfloat16* x, int32_t m, void* y, bool out_f32,
