@@ -473,7 +473,8 @@ __global__ void __launch_bounds__(kThreads, M <= 8 ? 3 : 2)
   if constexpr (!kSliced) {
     __syncthreads();
     if constexpr (Epi::kPairs) {
-      epi.template finish<M>(bt, [&](int o) { return sums[o]; }, threadIdx.x, kThreads);
+      epi.template finish<M>(
+          bt, [&](int o) { return sums[o]; }, threadIdx.x, kThreads);
     }
     return;
   }
@@ -787,8 +788,7 @@ void launch_int4_gemv(const __nv_bfloat16* x, const Int4Matrix& w, int32_t m, vo
 }
 
 bool int4_swiglu_fuses(const Int4Matrix& w, int32_t m) {
-  return valid(w) && w.group_size == kG128 && m >= 1 && m <= kGroups128MaxTokens &&
-         w.n % 32 == 0;
+  return valid(w) && w.group_size == kG128 && m >= 1 && m <= kGroups128MaxTokens && w.n % 32 == 0;
 }
 
 void launch_int4_gemv_swiglu(const __nv_bfloat16* x, const Int4Matrix& w, int32_t m,

@@ -230,8 +230,8 @@ TEST_CASE("int4 q|k|v gemv with the RoPE epilogue matches the gemv then rope_kv_
   };
   // Qwen2.5-0.5B's and -7B's layers, and a small head size over few tiles.
   uint32_t seed = 300;
-  for (const Case& c : {Case{14, 2, 64, 1, 896}, Case{28, 4, 128, 16, 3584},
-                        Case{4, 2, 32, 16, 256}}) {
+  for (const Case& c :
+       {Case{14, 2, 64, 1, 896}, Case{28, 4, 128, 16, 3584}, Case{4, 2, 32, 16, 256}}) {
     const int H = c.heads, KVH = c.kv_heads, D = c.dim, P = c.page_size;
     const int W = (H + 2 * KVH) * D;
     const Int4Layout layout = random_layout(Shape{W, c.k, 128, false}, seed++);
@@ -265,8 +265,8 @@ TEST_CASE("int4 q|k|v gemv with the RoPE epilogue matches the gemv then rope_kv_
         auto run = [&](bool fused) {
           Dev<__nv_bfloat16> q(size_t(m) * H * D), kc(cache), vc(cache), qkv(size_t(m) * W);
           q.poison();
-          const kernels::RopeKvTarget out{with_bias ? dbias.p : nullptr, dpos.p, dslots.p, dinv.p,
-                                          shape, q.p, kc.p, vc.p};
+          const kernels::RopeKvTarget out{
+              with_bias ? dbias.p : nullptr, dpos.p, dslots.p, dinv.p, shape, q.p, kc.p, vc.p};
           if (fused) {
             kernels::launch_int4_qkv_rope_gemv(x.p, dev.matrix(), m, out, nullptr);
           } else {
