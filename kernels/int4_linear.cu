@@ -64,6 +64,25 @@ __device__ __forceinline__ uint32_t neg_zero_bits(uint32_t z) {
   return (0xC300u | z) * 0x10001u;
 }
 
+// acc += scale · part: registers 0, 1 are row j's (scale_lo), 2, 3 row j + 8's (scale_hi).
+template <int NT>
+__device__ __forceinline__ void add_scaled(float (&acc)[NT][4], const float (&part)[NT][4],
+                                           float scale_lo, float scale_hi) {
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+    acc[nt][0] = fmaf(scale_lo, part[nt][0], acc[nt][0]);
+    acc[nt][1] = fmaf(scale_lo, part[nt][1], acc[nt][1]);
+    acc[nt][2] = fmaf(scale_hi, part[nt][2], acc[nt][2]);
+    acc[nt][3] = fmaf(scale_hi, part[nt][3], acc[nt][3]);
+  }
+}
+
+// The fp16 scale in half `h` (0: low, row j; 1: high, row j + 8) of a half2 word, as fp32.
+__device__ __forceinline__ float scale_half(uint32_t s2, int h) {
+  return __half2float(
+      __ushort_as_half(static_cast<unsigned short>(h == 0 ? s2 & 0xffffu : s2 >> 16)));
+}
+
 // The group a warp is in while it walks its k-slice: scale and zero of rows j and j + 8, the
 // next group's prefetched, and the fp32 sum of (q − zero) · x since the group began.
 template <int NT>
@@ -81,8 +100,8 @@ struct GroupWalk {
   float part[NT][4] = {};
 
   __device__ void set(uint32_t s2, uint16_t z2) {
-    scale_lo = __half2float(__ushort_as_half(static_cast<unsigned short>(s2 & 0xffffu)));
-    scale_hi = __half2float(__ushort_as_half(static_cast<unsigned short>(s2 >> 16)));
+    scale_lo = scale_half(s2, 0);
+    scale_hi = scale_half(s2, 1);
     zero_lo = neg_zero_bits(z2 & 0xffu);
     zero_hi = neg_zero_bits(z2 >> 8);
   }
@@ -100,12 +119,9 @@ struct GroupWalk {
     prefetch();
   }
   __device__ void flush(float (&acc)[NT][4]) {
+    add_scaled(acc, part, scale_lo, scale_hi);
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
-      acc[nt][0] = fmaf(scale_lo, part[nt][0], acc[nt][0]);
-      acc[nt][1] = fmaf(scale_lo, part[nt][1], acc[nt][1]);
-      acc[nt][2] = fmaf(scale_hi, part[nt][2], acc[nt][2]);
-      acc[nt][3] = fmaf(scale_hi, part[nt][3], acc[nt][3]);
 #pragma unroll
       for (int i = 0; i < 4; ++i) part[nt][i] = 0.0f;
     }
@@ -207,15 +223,7 @@ __device__ __forceinline__ void run_group128(float (&acc)[NT][4], const uint4& p
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) mma_bf16(part[nt], a, xv[nt].z, xv[nt].w);
   }
-  const float scale_lo = __half2float(__ushort_as_half(static_cast<unsigned short>(s2 & 0xffffu)));
-  const float scale_hi = __half2float(__ushort_as_half(static_cast<unsigned short>(s2 >> 16)));
-#pragma unroll
-  for (int nt = 0; nt < NT; ++nt) {
-    acc[nt][0] = fmaf(scale_lo, part[nt][0], acc[nt][0]);
-    acc[nt][1] = fmaf(scale_lo, part[nt][1], acc[nt][1]);
-    acc[nt][2] = fmaf(scale_hi, part[nt][2], acc[nt][2]);
-    acc[nt][3] = fmaf(scale_hi, part[nt][3], acc[nt][3]);
-  }
+  add_scaled(acc, part, scale_half(s2, 0), scale_half(s2, 1));
 }
 
 // Words of x per token in shared memory: the chunk's bf16 plus 64 bytes when that makes the
