@@ -12,6 +12,7 @@
 
 #include "cuda_check.cuh"
 #include "int4_epilogue.cuh"
+#include "pdl.cuh"
 
 namespace tandem::kernels {
 namespace {
@@ -285,6 +286,7 @@ __global__ void __launch_bounds__(kThreads, M <= 8 ? 3 : 2)
                      int sliced_parts, int chunk, Epi epi) {
   constexpr int NT = (M + 7) / 8;
   const int parts = kSliced ? sliced_parts : 1;
+  pdl::allow_dependents();
   extern __shared__ uint4 smem[];
   const int stride = x_stride_words(chunk);
   uint32_t* xs = reinterpret_cast<uint32_t*>(smem);        // [M, stride]
@@ -319,8 +321,11 @@ __global__ void __launch_bounds__(kThreads, M <= 8 ? 3 : 2)
   const int k_begin = unit * (units * part / parts);
   const int k_end = part == parts - 1 ? k : unit * (units * (part + 1) / parts);
   // Each chunk is a multiple of 128 features (smem_plan), so chunks keep groups whole.
+  // An overlapped launch (pdl.cuh) gets here with its first weights in flight; x and every
+  // output wait for the kernel before.
   auto stage_chunk = [&](int c0, int kc) {
     if (c0 > k_begin) __syncthreads();  // every warp is done with the previous chunk
+    pdl::grid_dependency_wait();
     stage_x<M>(x, w.perm, m, k, c0, kc, stride, xs);
     __syncthreads();
   };
@@ -653,7 +658,7 @@ Plan whole_heads_plan(int tiles, bool clusters, SlotsFn sliced_slots) {
 
 template <int M, bool kGroups128, typename Epi>
 void launch_gemv_m(const __nv_bfloat16* x, const Int4Matrix& w, int32_t m, const Epi& epi,
-                   cudaStream_t stream) {
+                   cudaStream_t stream, bool pdl) {
   const int tiles = (w.n + 15) / 16;
   const DeviceFacts& dev = device_facts();
   auto* sliced = int4_gemv_kernel<M, true, kGroups128, Epi>;
@@ -677,8 +682,8 @@ void launch_gemv_m(const __nv_bfloat16* x, const Int4Matrix& w, int32_t m, const
     auto* kernel = int4_gemv_kernel<M, false, kGroups128, Epi>;
     const SmemPlan smem = smem_plan<M>(dev.smem_budget, w.k, Epi::kPairs);
     allow_smem(kernel, smem.bytes);
-    kernel<<<blocks, kThreads, smem.bytes, stream>>>(x, w, m, plan.tiles_per_block, 1, smem.chunk,
-                                                     epi);
+    pdl::launch(pdl, kernel, dim3(unsigned(blocks)), dim3(kThreads), smem.bytes, stream, x, w, m,
+                plan.tiles_per_block, 1, smem.chunk, epi);
     return;
   }
   allow_smem(sliced, sliced_smem.bytes);  // a forced plan may not have asked the slots
@@ -687,13 +692,15 @@ void launch_gemv_m(const __nv_bfloat16* x, const Int4Matrix& w, int32_t m, const
   config.blockDim = dim3(kThreads);
   config.dynamicSmemBytes = sliced_smem.bytes;
   config.stream = stream;
-  cudaLaunchAttribute cluster = {};
-  cluster.id = cudaLaunchAttributeClusterDimension;
-  cluster.val.clusterDim.x = unsigned(plan.parts);
-  cluster.val.clusterDim.y = 1;
-  cluster.val.clusterDim.z = 1;
-  config.attrs = &cluster;
-  config.numAttrs = 1;
+  cudaLaunchAttribute attrs[2] = {};
+  attrs[0].id = cudaLaunchAttributeClusterDimension;
+  attrs[0].val.clusterDim.x = unsigned(plan.parts);
+  attrs[0].val.clusterDim.y = 1;
+  attrs[0].val.clusterDim.z = 1;
+  attrs[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attrs[1].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attrs;
+  config.numAttrs = pdl ? 2 : 1;
   TANDEM_CUDA_CHECK(cudaLaunchKernelEx(&config, sliced, x, w, m, plan.tiles_per_block, plan.parts,
                                        sliced_smem.chunk, epi));
 }
@@ -712,14 +719,14 @@ constexpr int kGroups128MaxTokens = 16;
 
 template <typename Epi, int M = 1>
 void dispatch(const __nv_bfloat16* x, const Int4Matrix& w, int32_t m, const Epi& epi,
-              cudaStream_t stream) {
+              cudaStream_t stream, bool pdl) {
   if constexpr (M < kInt4GemvMaxTokens) {
-    if (m > M) return dispatch<Epi, next_tokens<M>()>(x, w, m, epi, stream);
+    if (m > M) return dispatch<Epi, next_tokens<M>()>(x, w, m, epi, stream, pdl);
   }
   if constexpr (M <= kGroups128MaxTokens) {
-    if (w.group_size == kG128) return launch_gemv_m<M, true>(x, w, m, epi, stream);
+    if (w.group_size == kG128) return launch_gemv_m<M, true>(x, w, m, epi, stream, pdl);
   }
-  if constexpr (!Epi::kPairs) launch_gemv_m<M, false>(x, w, m, epi, stream);
+  if constexpr (!Epi::kPairs) launch_gemv_m<M, false>(x, w, m, epi, stream, pdl);
 }
 
 // One thread per qweight word: its 8 weights, rows j and j + 8 of a tile, to bf16.
@@ -780,17 +787,17 @@ bool valid(const Int4Matrix& w) {
 }  // namespace
 
 void launch_int4_gemv(const __nv_bfloat16* x, const Int4Matrix& w, int32_t m, void* y, int32_t ldy,
-                      bool out_f32, cudaStream_t stream) {
+                      bool out_f32, cudaStream_t stream, bool pdl) {
   if (m < 1 || m > kInt4GemvMaxTokens || !valid(w) || ldy < w.n) {
     std::fprintf(stderr, "int4 gemv: unsupported m=%d n=%d k=%d group_size=%d ldy=%d\n", m, w.n,
                  w.k, w.group_size, ldy);
     std::abort();
   }
   if (out_f32) {
-    dispatch(x, w, m, int4_epilogue::Store<float>{static_cast<float*>(y), ldy, w.n}, stream);
+    dispatch(x, w, m, int4_epilogue::Store<float>{static_cast<float*>(y), ldy, w.n}, stream, pdl);
   } else {
     dispatch(x, w, m, int4_epilogue::Store<__nv_bfloat16>{static_cast<__nv_bfloat16*>(y), ldy, w.n},
-             stream);
+             stream, pdl);
   }
   TANDEM_CUDA_CHECK_LAUNCH();
 }
@@ -800,13 +807,13 @@ bool int4_swiglu_fuses(const Int4Matrix& w, int32_t m) {
 }
 
 void launch_int4_gemv_swiglu(const __nv_bfloat16* x, const Int4Matrix& w, int32_t m,
-                             __nv_bfloat16* act, cudaStream_t stream) {
+                             __nv_bfloat16* act, cudaStream_t stream, bool pdl) {
   if (!int4_swiglu_fuses(w, m)) {
     std::fprintf(stderr, "int4 gemv swiglu: unsupported m=%d n=%d k=%d group_size=%d\n", m, w.n,
                  w.k, w.group_size);
     std::abort();
   }
-  dispatch(x, w, m, int4_epilogue::SwiGlu{act, w.n / 2}, stream);
+  dispatch(x, w, m, int4_epilogue::SwiGlu{act, w.n / 2}, stream, pdl);
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 
@@ -818,14 +825,14 @@ bool int4_qkv_rope_fuses(const Int4Matrix& w, int32_t m, const RopeKvShape& s) {
 }
 
 void launch_int4_qkv_rope_gemv(const __nv_bfloat16* x, const Int4Matrix& w, int32_t m,
-                               const RopeKvTarget& out, cudaStream_t stream) {
+                               const RopeKvTarget& out, cudaStream_t stream, bool pdl) {
   if (!int4_qkv_rope_fuses(w, m, out.s)) {
     std::fprintf(stderr,
                  "int4 q|k|v rope gemv: unsupported m=%d n=%d k=%d group_size=%d head_dim=%d\n", m,
                  w.n, w.k, w.group_size, out.s.head_dim);
     std::abort();
   }
-  dispatch(x, w, m, int4_epilogue::Rope{out}, stream);
+  dispatch(x, w, m, int4_epilogue::Rope{out}, stream, pdl);
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 

@@ -53,7 +53,8 @@ constexpr int32_t kInt4GemvMaxTokens = 32;
 void launch_int4_gemv(const __nv_bfloat16* x,  // [m, k] in, row stride k, 16-byte aligned
                       const Int4Matrix& w, int32_t m,
                       void* y,  // [m, ldy] out
-                      int32_t ldy, bool out_f32, cudaStream_t stream);
+                      int32_t ldy, bool out_f32, cudaStream_t stream,
+                      bool pdl = false);  // may overlap the launch before (pdl.cuh, sm_90+)
 
 // Decode projections with their activation fused into the GEMV's epilogue, each with the bits
 // of launch_int4_gemv (bf16 out) followed by the separate kernel, one launch fewer and no
@@ -66,14 +67,14 @@ bool int4_swiglu_fuses(const Int4Matrix& w, int32_t m);
 void launch_int4_gemv_swiglu(const __nv_bfloat16* x,  // [m, k] in
                              const Int4Matrix& w, int32_t m,
                              __nv_bfloat16* act,  // [m, width] out
-                             cudaStream_t stream);
+                             cudaStream_t stream, bool pdl = false);
 
 // w = q | k | v ([(H + 2 KVH) * D, k]): RoPE, the bias and the K/V page write as
 // launch_rope_kv_write (out.s.num_tokens == m).
 bool int4_qkv_rope_fuses(const Int4Matrix& w, int32_t m, const RopeKvShape& s);
 void launch_int4_qkv_rope_gemv(const __nv_bfloat16* x,  // [m, k] in
                                const Int4Matrix& w, int32_t m, const RopeKvTarget& out,
-                               cudaStream_t stream);
+                               cudaStream_t stream, bool pdl = false);
 
 // Prefill sizes: the whole matrix as bf16 in the original feature order (out[r, perm[i]] for a
 // permuted matrix), for a cuBLASLt GEMM with the unpermuted activations. The bf16 rounding of

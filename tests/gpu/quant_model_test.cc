@@ -9,11 +9,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "kernels/cuda_check.cuh"
 #include "model/mkmodel.h"
 #include "model/model_dir.h"
+#include "runner/cuda/cuda_runner.h"
 #include "runner/runner.h"
 #include "runner_seq.h"
 #include "unit/model/model_test_util.h"
@@ -125,4 +127,54 @@ TEST_CASE("fp8 128 x 128 blocks") {
 }
 TEST_CASE("--quantization fp8 at load") {
   check_format("", "fp8", 5e-2);
+}
+
+// Int4 decode steps on sm_90 overlap their launches (CudaRunner::overlaps_int4_launches): each
+// GEMV loads weights before its wait, everything else after it. A read or write on the wrong
+// side shows up as logits that differ from the plain launches' (graphs and eager, reruns).
+TEST_CASE("awq: overlapped int4 decode launches give the plain launches' bits") {
+  testing::ScratchDir dir("gpu-quant-awq-overlap");
+  MkModelOptions mk;
+  mk.preset = "small-qwen";
+  mk.out_dir = dir.path.string();
+  mk.seed = 23;
+  mk.quantization = "awq";
+  Status st = make_model(mk);
+  REQUIRE_MESSAGE(st.ok(), (st.ok() ? "" : st.error().to_string()));
+  auto model = load_model_dir(dir.path.string());
+  REQUIRE_MESSAGE(model.ok(), (model.ok() ? "" : model.error().to_string()));
+  int major = 0;
+  TANDEM_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+  auto run = [&](bool overlap, bool graphs) {
+    auto runner = make(*model, "cuda:0", "");
+    auto* cuda = dynamic_cast<CudaRunner*>(runner.get());
+    REQUIRE(cuda != nullptr);
+    cuda->set_use_graphs(graphs);
+    cuda->set_overlap_launches(overlap);
+    // The steps below do take the overlapped launches where the device has them.
+    CHECK(cuda->overlaps_int4_launches(1, 1) == (overlap && major >= 9));
+    CHECK(cuda->overlaps_int4_launches(3, 1) == (overlap && major >= 9));
+    CHECK_FALSE(cuda->overlaps_int4_launches(1, 0));
+    gpu_test::RunnerSeq seq{*runner, {}, 0};
+    std::vector<int32_t> prompt;
+    for (int32_t i = 0; i < 37; ++i) prompt.push_back(1000 + 7919 * i % 150000);
+    std::vector<float> logits = seq.step(prompt), all;
+    for (int32_t i = 0; i < 10; ++i) {
+      const int32_t best = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+      std::vector<int32_t> next = {best};
+      if (i == 4) next = {best, int32_t((best + 11) % 150000), int32_t((best + 97) % 150000)};
+      logits = seq.step(next);
+      all.insert(all.end(), logits.begin(), logits.end());
+    }
+    return all;
+  };
+  for (bool graphs : {true, false}) {
+    CAPTURE(graphs);
+    const std::vector<float> plain = run(false, graphs);
+    for (int rerun = 0; rerun < 3; ++rerun) {
+      const std::vector<float> overlapped = run(true, graphs);
+      REQUIRE(overlapped.size() == plain.size());
+      CHECK(std::memcmp(overlapped.data(), plain.data(), plain.size() * sizeof(float)) == 0);
+    }
+  }
 }

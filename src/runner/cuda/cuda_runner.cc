@@ -132,6 +132,12 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig& config
         return l.qkv.bf16() != nullptr && l.o.bf16() != nullptr && l.gate_up.bf16() != nullptr &&
                l.down.bf16() != nullptr;
       });
+  r->int4_linears_ =
+      std::all_of(r->weights_.layers.begin(), r->weights_.layers.end(), [](const DeviceLayer& l) {
+        kernels::Int4Matrix unused;
+        return single_int4_matrix(l.qkv, &unused) && single_int4_matrix(l.o, &unused) &&
+               single_int4_matrix(l.gate_up, &unused) && single_int4_matrix(l.down, &unused);
+      });
   for (const DeviceLayer& l : r->weights_.layers) {
     for (const DeviceLinear* w : {&l.qkv, &l.o, &l.gate_up, &l.down}) {
       r->decode_rows_limit_ = std::min(r->decode_rows_limit_, linear_decode_rows_limit(*w));
@@ -449,7 +455,7 @@ void CudaRunner::run_model(int32_t T, int32_t L) {
   // Single-token decode of a small model through bf16 weights: each RMSNorm folds into the GEMV
   // that reads it and each residual add into the GEMV that feeds it (5 launches a layer, not 7).
   const bool fold = folds_norms(T);
-  const bool pdl = overlaps_launches(T, L);
+  const bool pdl = overlaps_launches(T, L) || overlaps_int4_launches(T, L);
   for (int32_t li = 0; li < int32_t(c.num_layers); ++li) {
     const DeviceLayer& w = weights_.layers[size_t(li)];
     __nv_bfloat16* kc = k_cache_.as<__nv_bfloat16>() + li * layer_kv;
@@ -469,14 +475,15 @@ void CudaRunner::run_model(int32_t T, int32_t L) {
       kernels::launch_qkv_rope_gemv(input_normed, w.qkv.bf16(), H, rope_out, stream_, pdl);
     } else {
       // The previous layer's MLP output joins the residual here.
-      const bool qkv_fp8 = add_rmsnorm(li == 0 ? nullptr : delta, input_normed.weight, T, w.qkv);
+      const bool qkv_fp8 =
+          add_rmsnorm(li == 0 ? nullptr : delta, input_normed.weight, T, w.qkv, pdl);
       kernels::Int4Matrix qkv_int4;
       if (T <= kernels::kGemvMaxTokens && w.qkv.bf16() != nullptr && D % 16 == 0) {
         // Decode: RoPE and the K/V write in the projection's epilogue (the same bits).
         kernels::launch_qkv_rope_gemv(normed, w.qkv.bf16(), H, rope_out, stream_);
       } else if (single_int4_matrix(w.qkv, &qkv_int4) &&
                  kernels::int4_qkv_rope_fuses(qkv_int4, T, rope_shape)) {
-        kernels::launch_int4_qkv_rope_gemv(normed, qkv_int4, T, rope_out, stream_);
+        kernels::launch_int4_qkv_rope_gemv(normed, qkv_int4, T, rope_out, stream_, pdl);
       } else {
         linear_after_norm(normed, w.qkv, T, qkv_.ptr(), qkv_fp8);
         kernels::launch_rope_kv_write(qkv_.as<__nv_bfloat16>(), qkv_bias, meta + off_positions_,
@@ -495,8 +502,8 @@ void CudaRunner::run_model(int32_t T, int32_t L) {
                                pdl);
       continue;
     }
-    linear(attn_.as<__nv_bfloat16>(), w.o, T, delta);
-    const bool gate_up_fp8 = add_rmsnorm(delta, post_normed.weight, T, w.gate_up);
+    linear(attn_.as<__nv_bfloat16>(), w.o, T, delta, pdl);
+    const bool gate_up_fp8 = add_rmsnorm(delta, post_normed.weight, T, w.gate_up, pdl);
     // The SwiGLU fused into the projection: the GEMV for one token (4.55 vs 4.59 ms a 7B step,
     // NOTES.md v8), the skinny GEMM for 2-16 (7B gate|up 62.8-68.5 us against 75 for cuBLASLt
     // and silu_mul, v15); each the same bits as its unfused pair.
@@ -507,7 +514,8 @@ void CudaRunner::run_model(int32_t T, int32_t L) {
                                   stream_);
     } else if (single_int4_matrix(w.gate_up, &gate_up_int4) &&
                kernels::int4_swiglu_fuses(gate_up_int4, T)) {
-      kernels::launch_int4_gemv_swiglu(normed, gate_up_int4, T, act_.as<__nv_bfloat16>(), stream_);
+      kernels::launch_int4_gemv_swiglu(normed, gate_up_int4, T, act_.as<__nv_bfloat16>(), stream_,
+                                       pdl);
     } else if (kernels::skinny_swiglu_wins(T) && w.gate_up.bf16() != nullptr) {
       kernels::launch_skinny_swiglu(normed, w.gate_up.bf16(), T, I, H, act_.as<__nv_bfloat16>(),
                                     stream_);
@@ -516,7 +524,7 @@ void CudaRunner::run_model(int32_t T, int32_t L) {
       kernels::launch_silu_mul(gate_up_.as<__nv_bfloat16>(), T, I, act_.as<__nv_bfloat16>(),
                                stream_);
     }
-    linear(act_.as<__nv_bfloat16>(), w.down, T, delta);
+    linear(act_.as<__nv_bfloat16>(), w.down, T, delta, pdl);
   }
   // Folded layers left the residual complete; otherwise the last MLP output joins it here.
   kernels::launch_add_rmsnorm(residual, fold ? nullptr : delta, weights_.final_norm.as<float>(), T,
@@ -559,7 +567,7 @@ void CudaRunner::attention(int32_t T, const __nv_bfloat16* kc, const __nv_bfloat
 }
 
 bool CudaRunner::add_rmsnorm(const __nv_bfloat16* delta, const float* norm_weight, int32_t T,
-                             const DeviceLinear& next) {
+                             const DeviceLinear& next, bool pdl) {
   const ModelConfig& c = config_;
   float* residual = residual_.as<float>();
   auto* normed = normed_.as<__nv_bfloat16>();
@@ -567,7 +575,7 @@ bool CudaRunner::add_rmsnorm(const __nv_bfloat16* delta, const float* norm_weigh
   const int32_t H = int32_t(c.hidden_size);
   TokenFp8Input fp8;
   if (!token_fp8_input(next, &fp8)) {
-    kernels::launch_add_rmsnorm(residual, delta, norm_weight, T, H, eps, normed, stream_);
+    kernels::launch_add_rmsnorm(residual, delta, norm_weight, T, H, eps, normed, stream_, pdl);
     return false;
   }
   const kernels::Fp8RowQuant quant{linear_scratch_.xq.as<uint8_t>(),
@@ -595,6 +603,14 @@ void CudaRunner::linear_after_norm(const __nv_bfloat16* normed, const DeviceLine
 // and the early blocks only sit on its slots).
 bool CudaRunner::overlaps_launches(int32_t T, int32_t L) const {
   return folds_norms(T) && overlap_capable_ && overlap_launches_ && L > 0;
+}
+
+// Int4 decode steps too (the group-128 GEMV's grids hold at most ~1.5 waves, unlike the bf16
+// 7B's; NOTES.md v19): every int4 GEMV, norm and decode attention kernel of the step waits for its
+// predecessor after its first weight loads. Kernels without that wait launch plainly.
+bool CudaRunner::overlaps_int4_launches(int32_t T, int32_t L) const {
+  return int4_linears_ && overlap_capable_ && overlap_launches_ && L > 0 &&
+         T <= kernels::kInt4GemvMaxTokens;
 }
 
 bool CudaRunner::folds_norms(int32_t T) const {

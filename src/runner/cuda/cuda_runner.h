@@ -71,6 +71,8 @@ class CudaRunner final : public ModelRunner {
   void set_overlap_launches(bool on) { overlap_launches_ = on; }
   // Whether a forward of this many tokens and logit rows launches overlapped (run_model's rule).
   bool overlaps_launches(int32_t num_tokens, int32_t num_logits) const;
+  // Whether an unfolded forward overlaps its launches: decode steps of int4 weights.
+  bool overlaps_int4_launches(int32_t num_tokens, int32_t num_logits) const;
   cudaStream_t stream() const { return stream_; }
 
  private:
@@ -87,14 +89,14 @@ class CudaRunner final : public ModelRunner {
                  bool pdl = false);
   // Whether a forward of this many tokens folds the RMSNorms and residual adds into the GEMVs.
   bool folds_norms(int32_t num_tokens) const;
-  void linear(const __nv_bfloat16* x, const DeviceLinear& w, int32_t m, void* y) {
-    run_linear(w, x, m, y, /*out_f32=*/false, linear_scratch_, stream_);
+  void linear(const __nv_bfloat16* x, const DeviceLinear& w, int32_t m, void* y, bool pdl = false) {
+    run_linear(w, x, m, y, /*out_f32=*/false, linear_scratch_, stream_, pdl);
   }
   // residual_ += delta (when not null) and normed_ = RMSNorm(residual_) · norm_weight; when
   // `next` (the Linear that reads normed_) is W8A8 with one scale a token, also its quantized
   // input, in the same launch: returns whether it did (then linear_after_norm skips quantizing).
   bool add_rmsnorm(const __nv_bfloat16* delta, const float* norm_weight, int32_t m,
-                   const DeviceLinear& next);
+                   const DeviceLinear& next, bool pdl = false);
   void linear_after_norm(const __nv_bfloat16* normed, const DeviceLinear& w, int32_t m, void* y,
                          bool quantized);
 
@@ -109,6 +111,7 @@ class CudaRunner final : public ModelRunner {
   int32_t max_page_refs_ = 0;
   bool use_graphs_ = true;
   bool bf16_linears_ = false;     // every layer's Linears are plain bf16 (the GEMV kernels' input)
+  bool int4_linears_ = false;     // every layer's Linears are one AWQ/GPTQ part each
   bool overlap_capable_ = false;  // sm_90+: launches may overlap the one before (kernels/pdl.cuh)
   bool overlap_launches_ = true;  // and folded steps use it (set_overlap_launches)
   MemoryPlan plan_;               // set once by make_cuda_runner

@@ -92,7 +92,7 @@ bool single_int4_matrix(const DeviceLinear& w, kernels::Int4Matrix* out) {
 }
 
 void run_linear(const DeviceLinear& w, const __nv_bfloat16* x, int32_t m, void* y, bool out_f32,
-                const LinearScratch& s, cudaStream_t stream) {
+                const LinearScratch& s, cudaStream_t stream, bool pdl) {
   if (m == 0) return;
   const size_t esize = out_f32 ? 4 : 2;
   for (const DeviceLinearPart& p : w.parts) {
@@ -114,7 +114,7 @@ void run_linear(const DeviceLinear& w, const __nv_bfloat16* x, int32_t m, void* 
       case QuantFormat::kAwq:
       case QuantFormat::kGptq:
         if (decode) {
-          kernels::launch_int4_gemv(x, int4_matrix(p, w.k), m, yp, w.n, out_f32, stream);
+          kernels::launch_int4_gemv(x, int4_matrix(p, w.k), m, yp, w.n, out_f32, stream, pdl);
         } else {
           kernels::launch_int4_dequant(int4_matrix(p, w.k), s.dequant.as<__nv_bfloat16>(), stream);
           s.gemm->run(x, s.dequant.as<__nv_bfloat16>(), m, p.rows, w.k, yp, out_f32, stream, w.n);

@@ -68,8 +68,9 @@ int32_t linear_decode_rows_limit(const DeviceLinear& w);
 bool single_int4_matrix(const DeviceLinear& w, kernels::Int4Matrix* out);
 
 // y[m, n] = x[m, k] · W^T, bf16 or fp32 out; every part picks the decode kernel or the GEMM by m.
+// pdl: an int4 part's GEMV may overlap the launch before it (kernels/pdl.cuh); others ignore it.
 void run_linear(const DeviceLinear& w, const __nv_bfloat16* x, int32_t m, void* y, bool out_f32,
-                const LinearScratch& scratch, cudaStream_t stream);
+                const LinearScratch& scratch, cudaStream_t stream, bool pdl = false);
 
 // The quantization of `w`'s input when it is one W8A8 part with one activation scale a token
 // (dynamic per token, or static), which an RMSNorm can produce with its output
