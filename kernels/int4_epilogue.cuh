@@ -1,8 +1,9 @@
 // Where the int4 GEMV's sums go (kernels/int4_linear.cu): each output row stored as it is, or
 // two rows of the block combined: gate and up through SiLU, or a head's dims i and i + D/2
-// through RoPE into q and the KV pages. The combined forms give the bits of the GEMV (bf16 out)
-// followed by launch_silu_mul / launch_rope_kv_write: each sum is rounded to bf16 first, then
-// the same device function runs.
+// through RoPE into q and the KV pages. The combined forms compute what the GEMV (bf16 out)
+// followed by launch_silu_mul / launch_rope_kv_write does: each sum is rounded to bf16 first,
+// then the same device function runs. Their plans may split k otherwise than the plain GEMV's,
+// so a sum can differ in its last fp32 bits (and then, rarely, in its bf16 rounding).
 //
 // A block's sums: tiles_per_block tiles of 16 rows, output o = (local tile * 16 + row) * M + token.
 // `tile()` maps a block's local tile to the matrix's tile, -1 past the end.

@@ -56,10 +56,12 @@ void launch_int4_gemv(const __nv_bfloat16* x,  // [m, k] in, row stride k, 16-by
                       int32_t ldy, bool out_f32, cudaStream_t stream,
                       bool pdl = false);  // may overlap the launch before (pdl.cuh, sm_90+)
 
-// Decode projections with their activation fused into the GEMV's epilogue, each with the bits
-// of launch_int4_gemv (bf16 out) followed by the separate kernel, one launch fewer and no
-// round trip of the projection's output. Where `*_fuses` is false (group sizes other than 128,
-// more than 16 tokens, other head sizes, no thread-block clusters), run the two launches.
+// Decode projections with their activation fused into the GEMV's epilogue: launch_int4_gemv
+// (bf16 out) followed by the separate kernel, as one launch without the round trip of the
+// projection's output. The sums may differ from launch_int4_gemv's in their last bits where the
+// fused plan splits k differently (whole heads a block for RoPE, gate and up rows together). Where
+// `*_fuses` is false (group sizes other than 128, more than 16 tokens, other head sizes, no
+// thread-block clusters), run the two launches.
 //
 // w = gate | up ([2 * width, k], width % 16 == 0): act = silu(x · gate^T) * (x · up^T), as
 // launch_silu_mul.

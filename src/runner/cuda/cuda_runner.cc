@@ -507,7 +507,8 @@ void CudaRunner::run_model(int32_t T, int32_t L) {
     // The SwiGLU fused into the projection: the GEMV for one token (4.55 vs 4.59 ms a 7B step,
     // NOTES.md v8), the skinny GEMM for 2-16 (7B gate|up 62.8-68.5 us against 75 for cuBLASLt
     // and silu_mul, v15); each the same bits as its unfused pair.
-    // Int4 (group 128, up to 16 tokens): the same fusion in the int4 GEMV (NOTES.md v19).
+    // Int4 (group 128, up to 16 tokens): the same fusion in the int4 GEMV, its sums in the fused
+    // plan's k order (NOTES.md v19).
     kernels::Int4Matrix gate_up_int4;
     if (T < kernels::kSkinnyMinTokens && w.gate_up.bf16() != nullptr) {
       kernels::launch_gemv_swiglu(normed, w.gate_up.bf16(), T, I, H, act_.as<__nv_bfloat16>(),
