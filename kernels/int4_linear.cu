@@ -456,6 +456,9 @@ __global__ void __launch_bounds__(kThreads, M <= 8 ? 3 : 2)
     walk.flush(acc);
   }
 
+  // A block whose k slice is empty (more cluster ranks than groups: the 0.5B's q|k|v, k = 896,
+  // over 8 ranks) staged nothing, so it waits here, before any output is written.
+  pdl::grid_dependency_wait();
   // C fragment of tile nt: acc[nt][0..1] row j, tokens 8 nt + 2 quad + 0..1; [2..3] row j + 8.
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) {
