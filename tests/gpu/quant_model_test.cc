@@ -9,12 +9,12 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <limits>
 
 #include "kernels/cuda_check.cuh"
 #include "model/mkmodel.h"
 #include "model/model_dir.h"
+#include "overlap_check.h"
 #include "runner/cuda/cuda_runner.h"
 #include "runner/runner.h"
 #include "runner_seq.h"
@@ -168,13 +168,5 @@ TEST_CASE("awq: overlapped int4 decode launches give the plain launches' bits") 
     }
     return all;
   };
-  for (bool graphs : {true, false}) {
-    CAPTURE(graphs);
-    const std::vector<float> plain = run(false, graphs);
-    for (int rerun = 0; rerun < 3; ++rerun) {
-      const std::vector<float> overlapped = run(true, graphs);
-      REQUIRE(overlapped.size() == plain.size());
-      CHECK(std::memcmp(overlapped.data(), plain.data(), plain.size() * sizeof(float)) == 0);
-    }
-  }
+  gpu_test::check_overlap_bits(run);
 }

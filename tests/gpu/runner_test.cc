@@ -4,10 +4,10 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
-#include <cstring>
 
 #include "gpu_test_util.h"
 #include "model/model_dir.h"
+#include "overlap_check.h"
 #include "runner/cuda/cuda_runner.h"
 
 using namespace tandem;
@@ -298,15 +298,7 @@ TEST_CASE("CUDA runner: overlapped single-token launches give the plain launches
     all.insert(all.end(), logits.begin(), logits.end());
     return all;
   };
-  for (bool graphs : {true, false}) {
-    CAPTURE(graphs);
-    const std::vector<float> plain = run(false, graphs);
-    for (int rerun = 0; rerun < 3; ++rerun) {
-      const std::vector<float> overlapped = run(true, graphs);
-      REQUIRE(overlapped.size() == plain.size());
-      CHECK(std::memcmp(overlapped.data(), plain.data(), plain.size() * sizeof(float)) == 0);
-    }
-  }
+  check_overlap_bits(run);
 }
 
 TEST_CASE("CUDA runner: an absent device is an error, not a crash") {
