@@ -97,8 +97,10 @@ TEST_CASE("int4 layout: AWQ and GPTQ repack to the weights dequant_rows reads, b
     int64_t out, in, group;
   };
   // n not a multiple of 16 (a partial last tile), k / 32 odd (the lone last block), group sizes
-  // from 32 to all of k.
+  // from 32 to all of k; the last two span several of repacking's parallel ranges (16 packed
+  // AWQ columns, 64 GPTQ rows, 8 tiles), a partial one last.
   const Case cases[] = {
+      {Kind::kAwq, 520, 128, 128},       {Kind::kGptqDescAct, 264, 128, 64},
       {Kind::kAwq, 40, 96, 32},          {Kind::kAwq, 64, 256, 128},
       {Kind::kAwq, 8, 64, 64},           {Kind::kGptqSym, 48, 128, 32},
       {Kind::kGptqSym, 24, 96, -1},      {Kind::kGptqV1, 40, 96, 32},
