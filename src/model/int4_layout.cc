@@ -5,11 +5,11 @@
 #include <algorithm>
 #include <numeric>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "core/check.h"
 #include "core/dtype.h"
+#include "core/parallel_ranges.h"
 #include "model/dequant.h"
 #include "model/device_quant_layout.h"
 
@@ -25,25 +25,6 @@ constexpr int kAwqOrder[8] = {0, 2, 4, 6, 1, 3, 5, 7};
 
 int64_t tiles_of(int64_t n) {
   return (n + kTileRows - 1) / kTileRows;
-}
-
-// f(begin, end) over [0, count) in contiguous ranges of at least `grain`, one a thread up to the
-// machine's cores. Repacking walks every nibble of a Linear twice: the AWQ Qwen2.5-7B's largest
-// took 0.55 s each on one core, ~36 s a model load.
-template <typename F>
-void parallel_ranges(int64_t count, int64_t grain, F f) {
-  const int64_t cores = std::max(1u, std::thread::hardware_concurrency());
-  const int64_t threads = std::min(cores, (count + grain - 1) / grain);
-  if (threads <= 1) {
-    f(int64_t(0), count);
-    return;
-  }
-  std::vector<std::thread> pool;
-  for (int64_t t = 0; t < threads; ++t) {
-    pool.emplace_back(
-        [&f, count, threads, t] { f(count * t / threads, count * (t + 1) / threads); });
-  }
-  for (std::thread& th : pool) th.join();
 }
 
 struct PlainInt4 {
@@ -97,6 +78,9 @@ void tile_words(const PlainInt4& p, int64_t tile, std::vector<uint32_t>& out) {
   }
 }
 
+// Repacking walks every nibble of a Linear twice (unpack, tiling), so both loops spread over the
+// cores (parallel_ranges): the AWQ Qwen2.5-7B's largest Linear took 0.55 s on one core, ~31 s a
+// model load before (NOTES.md v19).
 std::vector<uint32_t> tile_qweight(const PlainInt4& p) {
   const int64_t tiles = tiles_of(p.n);
   std::vector<uint32_t> out(size_t(tiles * 2 * p.k), 0);

@@ -9,9 +9,9 @@
 #include <future>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <thread>
 
 #include "core/check.h"
+#include "core/parallel_ranges.h"
 #include "model/mkmodel_presets.h"
 #include "model/mkmodel_quant.h"
 #include "model/random_weights.h"
@@ -200,22 +200,14 @@ void quantize_module(QuantizedModule& cache, const std::string& module, const Mo
 }
 
 // Generates one tensor in chunks, each chunk split across threads, and streams it out.
-Status write_tensor(ChunkStream& stream, const PlannedTensor& t, const FillFn& fill, DType dtype,
-                    unsigned threads) {
+Status write_tensor(ChunkStream& stream, const PlannedTensor& t, const FillFn& fill, DType dtype) {
   const size_t elem = dtype_size(dtype);
   for (uint64_t first = 0; first < t.numel; first += kChunkElems) {
     const size_t count = size_t(std::min<uint64_t>(kChunkElems, t.numel - first));
-    const unsigned n = count < (size_t{1} << 16) ? 1 : threads;
-    const size_t per = (count + n - 1) / n;
     std::byte* out = stream.next_buffer();
-    std::vector<std::thread> pool;
-    for (unsigned w = 1; w < n; ++w) {
-      const size_t b = std::min(count, w * per);
-      const size_t e = std::min(count, b + per);
-      pool.emplace_back([=, &fill] { fill(first + b, e - b, out + b * elem); });
-    }
-    fill(first, std::min(count, per), out);
-    for (std::thread& th : pool) th.join();
+    parallel_ranges(int64_t(count), int64_t{1} << 16, [&](int64_t b, int64_t e) {
+      fill(first + uint64_t(b), size_t(e - b), out + size_t(b) * elem);
+    });
     TANDEM_TRY(stream.submit(count * elem));
   }
   return Status::Ok();
@@ -320,7 +312,6 @@ Status make_model(const MkModelOptions& options) {
     shards.back().push_back(std::move(p));
   }
 
-  const unsigned threads = std::max(1u, std::thread::hardware_concurrency());
   QuantizedModule quantized;
   nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
   for (size_t s = 0; s < shards.size(); ++s) {
@@ -353,7 +344,7 @@ Status make_model(const MkModelOptions& options) {
           fill =
               fill_of(p, key, options.dtype, *preset, options.seed, pattern ? &*pattern : nullptr);
         }
-        TANDEM_TRY(write_tensor(stream, p, fill, p.dtype, threads));
+        TANDEM_TRY(write_tensor(stream, p, fill, p.dtype));
       }
       TANDEM_TRY(stream.wait());
     }
