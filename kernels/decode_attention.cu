@@ -169,7 +169,7 @@ constexpr int kTcPad = 8;
 template <int D>
 union TcWarpSmem {
   struct {
-    // The query rows are staged in k first; each tile's K and V rows arrive by cp.async.
+    // Each tile's K and V rows arrive by cp.async.
     __nv_bfloat16 k[kTcKeys][D + kTcPad];
     __nv_bfloat16 v[kTcKeys][D + kTcPad];
   } tile;
@@ -200,7 +200,13 @@ inline int32_t tc_warps(int32_t num_slices, int32_t max_warps) {
   return (num_slices + splits - 1) / splits;
 }
 
-template <int D>
+// kEarly (an overlapped launch, pdl.cuh): the kernel starts while q and this token's K/V are
+// still being written. The step's metadata (copied before its first kernel) and the keys before
+// this token's own (written by earlier forwards: a decode batch has one query token a sequence)
+// need no wait, so the first tile's other K/V rows are in flight before it, and q and the token's
+// own row come after it. A plain launch reads everything in the order below the wait (see
+// launch_tc for where the early start runs).
+template <int D, bool kEarly>
 __global__ void __launch_bounds__(32 * kDecodeMaxWarps)
     decode_attention_tc_kernel(const __nv_bfloat16* __restrict__ q,
                                const __nv_bfloat16* __restrict__ k_cache,
@@ -212,10 +218,8 @@ __global__ void __launch_bounds__(32 * kDecodeMaxWarps)
                                float* __restrict__ partials, __nv_bfloat16* __restrict__ out) {
   constexpr int D8 = D / 8, KC = D / 16, NT = D / 8, ST = kTcKeys / 8;
   constexpr int LPR = D8, RPI = 32 / LPR, NI = kTcKeys / RPI;  // K/V rows: lanes, rows, copies
-  // An overlapped launch (pdl.cuh) starts here while q and this token's K/V are still being
-  // written; nothing of them is read before the wait (no-ops on a plain launch).
   pdl::allow_dependents();
-  pdl::grid_dependency_wait();
+  if constexpr (!kEarly) pdl::grid_dependency_wait();
   extern __shared__ __align__(128) unsigned char smem_raw[];
   TcWarpSmem<D>* warps_sm = reinterpret_cast<TcWarpSmem<D>*>(smem_raw);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, num_warps = blockDim.x >> 5;
@@ -224,39 +228,94 @@ __global__ void __launch_bounds__(32 * kDecodeMaxWarps)
   const int t = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z, splits = gridDim.z;
   const int G = s.num_heads / s.num_kv_heads;
   const int num_keys = positions[t] + 1;
+  const int own_key = num_keys - 1;  // written by this step's q|k|v kernel
   const int slices = splits * num_warps, slice = split * num_warps + warp;
   const int chunk = (num_keys + slices - 1) / slices;
   const int begin = slice * chunk, end = min(num_keys, begin + chunk);
   const int32_t* pages = page_ids + seq_page_start[token_seq[t]];
 
-  // The query rows (the group's heads, G <= 8) as an mma A operand whose rows 8-15 are zero:
-  // only rows 0-7 go through shared memory and registers, and only rows 0-7 of the scores and
-  // the output are kept (mma_bf16_rows0_7). Every load in flight before the first store.
-  constexpr int QI = 8 * D8 / 32;
-  uint4 qv[QI];
+  // Tile kt's K and V rows: lane j looks up key kt + j's page once for both; then each copy
+  // instruction covers RPI whole rows (LPR lanes of 16 bytes per row, the row shuffled from its
+  // key's lane), so a warp reads 2-4 contiguous rows per instruction instead of 32 rows'
+  // scattered 16-byte pieces. The copies go straight to shared memory (no registers held, so
+  // more warps fit an SM). `which`: 0 every row, 1 all but the own key's, 2 the own key's only.
+  auto tile_row = [&](int kt) -> int64_t {
+    const int key = kt + lane;
+    return key < end ? ((int64_t(pages[key / s.page_size]) * s.num_kv_heads + kvh) * s.page_size +
+                        key % s.page_size) *
+                           D
+                     : -1;
+  };
+  auto copy_rows = [&](int kt, int64_t my_row, __nv_bfloat16(*rows)[D + kTcPad],
+                       const __nv_bfloat16* cache, int which) {
 #pragma unroll
-  for (int it = 0; it < QI; ++it) {
-    const int r = (lane + 32 * it) / D8, c = ((lane + 32 * it) % D8) * 8;
-    qv[it] =
-        r < G
-            ? *reinterpret_cast<const uint4*>(q + (int64_t(t) * s.num_heads + kvh * G + r) * D + c)
-            : make_uint4(0, 0, 0, 0);
-  }
-#pragma unroll
-  for (int it = 0; it < QI; ++it) {
-    const int r = (lane + 32 * it) / D8, c = ((lane + 32 * it) % D8) * 8;
-    *reinterpret_cast<uint4*>(&sm.tile.k[r][c]) = qv[it];
-  }
-  __syncwarp();
+    for (int i = 0; i < NI; ++i) {
+      const int r = i * RPI + lane / LPR;
+      const int64_t row = __shfl_sync(0xffffffffu, my_row, r);
+      const bool own = kt + r == own_key;
+      if (which == 0 || (which == 1) != own) {
+        const int64_t at = (row >= 0 ? row : 0) + (lane % LPR) * 8;
+        cp_async16(&rows[r][(lane % LPR) * 8], cache + at,
+                   row >= 0 ? 16 : 0);  // zeros past the end: 0 * V, not NaN
+      }
+    }
+  };
   uint32_t qa[KC][4];
+  bool own_first = false;  // kEarly: the own key's row is in the first tile, copied apart
+  if constexpr (kEarly) {
+    own_first = begin <= own_key && own_key < min(end, begin + kTcKeys);
+    const int64_t first_row = begin < end ? tile_row(begin) : -1;
+    if (begin < end) {  // K and V as two groups: the scores start once K is in
+      copy_rows(begin, first_row, sm.tile.k, k_cache, own_first ? 1 : 0);
+      cp_async_commit();
+      copy_rows(begin, first_row, sm.tile.v, v_cache, own_first ? 1 : 0);
+      cp_async_commit();
+    }
+    pdl::grid_dependency_wait();
+    // The query rows (the group's heads, G <= 8) as an mma A operand whose rows 8-15 are zero,
+    // loaded straight into the fragment registers (row g: k-steps' features 2 tig, 2 tig + 1 and
+    // 8 more), since the tile's shared memory is taken; only rows 0-7 of the scores and the
+    // output are kept (mma_bf16_rows0_7).
+    const __nv_bfloat16* qrow = q + (int64_t(t) * s.num_heads + kvh * G + g) * D + 2 * tig;
 #pragma unroll
-  for (int kc = 0; kc < KC; ++kc) {
-    uint32_t r[2];
-    ldmatrix_x2(r, &sm.tile.k[lane & 7][kc * 16 + ((lane >> 3) & 1) * 8]);
-    qa[kc][0] = r[0];
-    qa[kc][1] = 0u;
-    qa[kc][2] = r[1];
-    qa[kc][3] = 0u;
+    for (int kc = 0; kc < KC; ++kc) {
+      qa[kc][0] = g < G ? *reinterpret_cast<const uint32_t*>(qrow + kc * 16) : 0u;
+      qa[kc][1] = 0u;
+      qa[kc][2] = g < G ? *reinterpret_cast<const uint32_t*>(qrow + kc * 16 + 8) : 0u;
+      qa[kc][3] = 0u;
+    }
+    if (own_first) {
+      copy_rows(begin, first_row, sm.tile.k, k_cache, 2);
+      copy_rows(begin, first_row, sm.tile.v, v_cache, 2);
+      cp_async_commit();
+    }
+  } else {
+    // The query rows as above, staged through the tile's shared memory: every load in flight
+    // before the first store, then one ldmatrix a k-step.
+    constexpr int QI = 8 * D8 / 32;
+    uint4 qv[QI];
+#pragma unroll
+    for (int it = 0; it < QI; ++it) {
+      const int r = (lane + 32 * it) / D8, c = ((lane + 32 * it) % D8) * 8;
+      qv[it] = r < G ? *reinterpret_cast<const uint4*>(
+                           q + (int64_t(t) * s.num_heads + kvh * G + r) * D + c)
+                     : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int it = 0; it < QI; ++it) {
+      const int r = (lane + 32 * it) / D8, c = ((lane + 32 * it) % D8) * 8;
+      *reinterpret_cast<uint4*>(&sm.tile.k[r][c]) = qv[it];
+    }
+    __syncwarp();
+#pragma unroll
+    for (int kc = 0; kc < KC; ++kc) {
+      uint32_t r[2];
+      ldmatrix_x2(r, &sm.tile.k[lane & 7][kc * 16 + ((lane >> 3) & 1) * 8]);
+      qa[kc][0] = r[0];
+      qa[kc][1] = 0u;
+      qa[kc][2] = r[1];
+      qa[kc][3] = 0u;
+    }
   }
   // Row g is query head g of the group.
   float m = -INFINITY, l = 0.0f;
@@ -265,35 +324,22 @@ __global__ void __launch_bounds__(32 * kDecodeMaxWarps)
   for (int n = 0; n < NT; ++n) o[n][0] = o[n][1] = 0.0f;
 
   for (int kt = begin; kt < end; kt += kTcKeys) {
-    // Lane j looks up key kt + j's page; then each copy instruction covers RPI whole rows (LPR
-    // lanes of 16 bytes per row, the row shuffled from its key's lane), so a warp reads 2-4
-    // contiguous rows per instruction instead of 32 rows' scattered 16-byte pieces. The copies
-    // go straight to shared memory (no registers held, so more warps fit an SM), K and V as two
-    // groups: the scores start once K is in.
-    const int key = kt + lane;
-    const int64_t my_row =
-        key < end ? ((int64_t(pages[key / s.page_size]) * s.num_kv_heads + kvh) * s.page_size +
-                     key % s.page_size) *
-                        D
-                  : -1;
-    __syncwarp();  // the previous ldmatrix reads (query or V rows) are done
-#pragma unroll
-    for (int i = 0; i < NI; ++i) {
-      const int64_t row = __shfl_sync(0xffffffffu, my_row, i * RPI + lane / LPR);
-      const int64_t at = (row >= 0 ? row : 0) + (lane % LPR) * 8;
-      cp_async16(&sm.tile.k[i * RPI + lane / LPR][(lane % LPR) * 8], k_cache + at,
-                 row >= 0 ? 16 : 0);  // zeros past the end: 0 * V, not NaN
+    if (kEarly && kt == begin) {
+      // The first tile's K, copied above (with the own key's row, the whole tile).
+      if (own_first) {
+        cp_async_wait<0>();
+      } else {
+        cp_async_wait<1>();
+      }
+    } else {
+      const int64_t my_row = tile_row(kt);
+      __syncwarp();  // the previous ldmatrix reads (query or V rows) are done
+      copy_rows(kt, my_row, sm.tile.k, k_cache, 0);
+      cp_async_commit();
+      copy_rows(kt, my_row, sm.tile.v, v_cache, 0);
+      cp_async_commit();
+      cp_async_wait<1>();  // K
     }
-    cp_async_commit();
-#pragma unroll
-    for (int i = 0; i < NI; ++i) {
-      const int64_t row = __shfl_sync(0xffffffffu, my_row, i * RPI + lane / LPR);
-      const int64_t at = (row >= 0 ? row : 0) + (lane % LPR) * 8;
-      cp_async16(&sm.tile.v[i * RPI + lane / LPR][(lane % LPR) * 8], v_cache + at,
-                 row >= 0 ? 16 : 0);
-    }
-    cp_async_commit();
-    cp_async_wait<1>();  // K
     __syncwarp();
     float sc[ST][2];
 #pragma unroll
@@ -392,9 +438,16 @@ void launch_tc(const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_
   const int warps = tc_warps(num_slices, max_warps);
   const int smem = warps * int(sizeof(TcWarpSmem<D>));
   // Above 48 KB a kernel must opt in (8 warps at D = 128 take 136 KB).
-  TANDEM_CUDA_CHECK(cudaFuncSetAttribute(decode_attention_tc_kernel<D>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  pdl::launch(pdl, decode_attention_tc_kernel<D>,
+  // The early start at head size 64 only: Qwen2.5-0.5B batch 1 0.663 -> 0.635 ms (bf16, x2
+  // alternated; H200, NOTES.md v20), but at 128 the kernel measured 8.2 -> 11.7 us alone (ncu,
+  // cause not found) and the AWQ 7B's overlapped step 2.048 -> 2.053-2.074 ms.
+  auto* kernel = decode_attention_tc_kernel<D, false>;
+  if constexpr (D == 64) {
+    if (pdl) kernel = decode_attention_tc_kernel<D, true>;
+  }
+  TANDEM_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  pdl::launch(pdl, kernel,
               dim3(shape.num_tokens, shape.num_kv_heads, tc_splits(num_slices, max_warps)),
               32 * warps, smem, stream, q, k_cache, v_cache, token_seq, positions, seq_page_start,
               page_ids, shape, partials, out);
