@@ -8,6 +8,8 @@
 
 #include <cstdint>
 
+#include "normed_rows.cuh"
+
 namespace tandem::kernels {
 
 // Measured on the H200 (Qwen2.5-7B decode, benchmarks/NOTES.md v6): at 2 tokens the GEMV and
@@ -18,16 +20,7 @@ constexpr int32_t kGemvMaxTokens = 2;
 // from global memory) lost to cuBLASLt at those sizes: 157.6 vs 130.3 us for one 7B layer's
 // Linears at 5 tokens (NOTES.md v9), so it was removed.
 
-// The GEMV input as the RMS-normalised residual stream: each block computes
-// x = bf16(residual · rsqrt(mean(residual²) + eps) · weight) for itself in shared memory, so
-// the norm kernel, its launch and its [m, k] round trip fold into the GEMV that consumes it.
-// The rounding is launch_add_rmsnorm's; its sum of squares runs in another order.
-struct NormedRows {
-  const float* residual;  // [m, k] fp32
-  const float* weight;    // [k] fp32
-  float eps;
-};
-// m * k * 2 bytes of shared memory per block.
+// NormedRows (normed_rows.cuh) inputs: m * k * 2 bytes of shared memory per block.
 constexpr int32_t kNormedRowsMaxBytes = 48 * 1024;
 
 // k % 8 == 0, 1 <= m <= kGemvMaxTokens. out_f32 picks the output type of y.

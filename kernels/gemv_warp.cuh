@@ -126,7 +126,20 @@ __device__ __forceinline__ void dot_rows(const __nv_bfloat16* const (&rows)[R],
   }
 }
 
-// The block's GEMV input from the residual stream (NormedRows, gemv.cuh): row t of xs is
+// 1 / rms of one fp32 row (width % 4 == 0, 16-byte aligned), every thread of the block taking
+// part and getting the result; `scratch` holds 32 floats (block_sum).
+__device__ __forceinline__ float row_inv_rms(const float* __restrict__ row, int width, float eps,
+                                             float* scratch) {
+  const float4* row4 = reinterpret_cast<const float4*>(row);
+  float ss = 0.0f;
+  for (int c = threadIdx.x; c < width / 4; c += blockDim.x) {
+    const float4 v = row4[c];
+    ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+  }
+  return rsqrtf(block_sum(ss, scratch) / float(width) + eps);
+}
+
+// The block's GEMV input from the residual stream (NormedRows, normed_rows.cuh): row t of xs is
 // bf16(residual[t] · rsqrt(mean(residual[t]²) + eps) · weight), the formula and rounding of
 // launch_add_rmsnorm (its sum of squares in another order). Every thread takes part; xs is
 // complete for the whole block on return.
@@ -139,12 +152,7 @@ __device__ __forceinline__ void stage_normed(const NormedRows& in, int width,
 #pragma unroll
   for (int t = 0; t < M; ++t) {
     const float4* row = reinterpret_cast<const float4*>(in.residual + int64_t(t) * width);
-    float ss = 0.0f;
-    for (int c = threadIdx.x; c < w4; c += blockDim.x) {
-      const float4 v = row[c];
-      ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
-    }
-    const float inv = rsqrtf(block_sum(ss, scratch) / float(width) + in.eps);
+    const float inv = row_inv_rms(in.residual + int64_t(t) * width, width, in.eps, scratch);
     for (int c = threadIdx.x; c < w4; c += blockDim.x) {
       const float4 v = row[c], g = __ldg(weight + c);
       __nv_bfloat162* out = reinterpret_cast<__nv_bfloat162*>(xs + int64_t(t) * width + 4 * c);

@@ -29,8 +29,9 @@ __device__ __forceinline__ float bf16_rounded(float v) {
   return __bfloat162float(__float2bfloat16(v));
 }
 
-// y[t, r] = the sum, bf16 or fp32.
-template <typename Out>
+// y[t, r] = the sum, bf16 or fp32; with kAdd (fp32 y: the residual stream) y[t, r] += the sum
+// rounded to bf16, as launch_int4_gemv (bf16 out) followed by launch_add_rmsnorm's add.
+template <typename Out, bool kAdd = false>
 struct Store {
   static constexpr bool kPairs = false;
   Out* y;
@@ -45,7 +46,10 @@ struct Store {
     const int local = o / (16 * M), row = (o / M) % 16, tok = o % M;
     const int r = (b.tile_block * b.tiles_per_block + local) * 16 + row;
     if (tok >= b.m || r >= n) return;  // padding
-    if constexpr (sizeof(Out) == 4) {
+    if constexpr (kAdd) {
+      static_assert(sizeof(Out) == 4, "the residual stream is fp32");
+      y[int64_t(tok) * ldy + r] += bf16_rounded(v);
+    } else if constexpr (sizeof(Out) == 4) {
       y[int64_t(tok) * ldy + r] = v;
     } else {
       y[int64_t(tok) * ldy + r] = __float2bfloat16(v);

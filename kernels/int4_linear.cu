@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "cuda_check.cuh"
+#include "gemv_warp.cuh"
 #include "int4_epilogue.cuh"
 #include "pdl.cuh"
 
@@ -235,19 +236,58 @@ __host__ __device__ inline int x_stride_words(int chunk) {
   return (bytes % 128 == 0 ? bytes + 64 : bytes) / 4;
 }
 
+// The GEMV's input: x as given, or (norm.residual set) x = RMSNorm(norm.residual), each block
+// normalising the rows itself (NormedRows, normed_rows.cuh): the layer's norm launch folds in.
+struct Int4Input {
+  const __nv_bfloat16* x = nullptr;  // [m, k], or null with norm.residual
+  NormedRows norm{nullptr, nullptr, 0.0f};
+};
+
+// bf16 pair (lo, hi) as one word, lo in the low half.
+__device__ __forceinline__ uint32_t bf16_pair_bits(float lo, float hi) {
+  const __nv_bfloat162 p = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&p);
+}
+
 // Stages x[:, c0 .. c0 + kc) in B-fragment order: block b of token t is 32 words at
 // t * stride + b * 16, lane quad position q's four words at q * 4 + s * 2 + (features 8..15 of
 // k-step s), each holding features (2q, 2q + 1) of that half k-step.
-// Rows m .. M - 1 (padding up to a whole token tile) are zeros.
-template <int M>
-__device__ void stage_x(const __nv_bfloat16* __restrict__ x, const int32_t* __restrict__ perm,
-                        int m, int k, int c0, int kc, int stride, uint32_t* xs) {
+// Rows m .. M - 1 (padding up to a whole token tile) are zeros. A normed input's rows are
+// bf16(residual · inv_rms[t] · weight), launch_add_rmsnorm's formula.
+template <int M, bool kNormed>
+__device__ void stage_x(const Int4Input& in, const int32_t* __restrict__ perm, int m, int k, int c0,
+                        int kc, int stride, const float* inv_rms, uint32_t* xs) {
   const int units = kc / 8;  // 8 features each
+  const __nv_bfloat16* __restrict__ x = in.x;
+  const float* __restrict__ res = in.norm.residual;
+  const float* __restrict__ gamma = in.norm.weight;
   for (int u = threadIdx.x; u < M * units; u += kThreads) {
     const int tok = u / units, j = u % units;
     const int f = c0 + 8 * j;
     uint32_t v[4] = {0, 0, 0, 0};  // padding rows stay zero
-    if (tok < m && perm == nullptr) {
+    if (kNormed && tok < m) {
+      const float* row = res + int64_t(tok) * k;
+      const float inv = inv_rms[tok];
+      if (perm == nullptr) {
+        // 16-byte loads: with one 4-byte load a feature (a lane's 8 features 32 bytes apart
+        // within a warp's load), the 7B's gate|up took 24.8 -> 32.8 us (H200, NOTES.md v20).
+        const float4 a = *reinterpret_cast<const float4*>(row + f);
+        const float4 b = *reinterpret_cast<const float4*>(row + f + 4);
+        const float4 ga = __ldg(reinterpret_cast<const float4*>(gamma + f));
+        const float4 gb = __ldg(reinterpret_cast<const float4*>(gamma + f + 4));
+        v[0] = bf16_pair_bits(a.x * inv * ga.x, a.y * inv * ga.y);
+        v[1] = bf16_pair_bits(a.z * inv * ga.z, a.w * inv * ga.w);
+        v[2] = bf16_pair_bits(b.x * inv * gb.x, b.y * inv * gb.y);
+        v[3] = bf16_pair_bits(b.z * inv * gb.z, b.w * inv * gb.w);
+      } else {
+        auto normed = [&](int i) { return row[i] * inv * __ldg(gamma + i); };
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          v[q] =
+              bf16_pair_bits(normed(__ldg(perm + f + 2 * q)), normed(__ldg(perm + f + 2 * q + 1)));
+        }
+      }
+    } else if (tok < m && perm == nullptr) {
       const uint4 raw = __ldg(reinterpret_cast<const uint4*>(x + int64_t(tok) * k + f));
       v[0] = raw.x;
       v[1] = raw.y;
@@ -280,11 +320,12 @@ __device__ void stage_x(const __nv_bfloat16* __restrict__ x, const int32_t* __re
 // bookkeeping took one shared kernel to 95 registers and two blocks an SM, 10-25% slower at one
 // token (H200, NOTES.md v12). kGroups128: the group-128 path (group_size 128), its own
 // instantiation too (sharing one kernel, both paths spilled under the 80-register cap).
-// Epi: where the sums go (int4_epilogue.cuh).
-template <int M, bool kSliced, bool kGroups128, typename Epi>
+// Epi: where the sums go (int4_epilogue.cuh). kNormed: `in` is NormedRows, its own instantiation
+// (one token) so that the other kernels keep their code and registers.
+template <int M, bool kSliced, bool kGroups128, bool kNormed, typename Epi>
 __global__ void __launch_bounds__(kThreads, M <= 8 ? 3 : 2)
-    int4_gemv_kernel(const __nv_bfloat16* __restrict__ x, Int4Matrix w, int m, int tiles_per_block,
-                     int sliced_parts, int chunk, Epi epi) {
+    int4_gemv_kernel(Int4Input in, Int4Matrix w, int m, int tiles_per_block, int sliced_parts,
+                     int chunk, Epi epi) {
   constexpr int NT = (M + 7) / 8;
   const int parts = kSliced ? sliced_parts : 1;
   pdl::allow_dependents();
@@ -324,10 +365,28 @@ __global__ void __launch_bounds__(kThreads, M <= 8 ? 3 : 2)
   // Each chunk is a multiple of 128 features (smem_plan), so chunks keep groups whole.
   // An overlapped launch (pdl.cuh) gets here with its first weights in flight; x and every
   // output wait for the kernel before.
+  // A normed input's 1 / rms per token, over the whole row (this block may stage only a slice).
+  __shared__ float inv_rms[M];
+  __shared__ float scratch[32];
   auto stage_chunk = [&](int c0, int kc) {
     if (c0 > k_begin) __syncthreads();  // every warp is done with the previous chunk
+    if constexpr (kNormed) {
+      // The norm's weights need no predecessor: into L1 before the wait, a 128-byte line a thread,
+      // so that staging pays one trip to L2 (the residual's) after it.
+      for (int line = threadIdx.x; line < kc / 32; line += kThreads) {
+        asm volatile("prefetch.global.L1 [%0];" ::"l"(in.norm.weight + c0 + 32 * line));
+      }
+    }
     pdl::grid_dependency_wait();
-    stage_x<M>(x, w.perm, m, k, c0, kc, stride, xs);
+    if (kNormed && c0 == k_begin) {
+      for (int t = 0; t < m; ++t) {
+        const float inv =
+            gemv_warp::row_inv_rms(in.norm.residual + int64_t(t) * k, k, in.norm.eps, scratch);
+        if (threadIdx.x == 0) inv_rms[t] = inv;
+      }
+      __syncthreads();
+    }
+    stage_x<M, kNormed>(in, w.perm, m, k, c0, kc, stride, inv_rms, xs);
     __syncthreads();
   };
   // x fragments of token j of each tile at the chunk's first block. Rows past M (M < 8, or a
@@ -660,12 +719,12 @@ Plan whole_heads_plan(int tiles, bool clusters, SlotsFn sliced_slots) {
   return plan;
 }
 
-template <int M, bool kGroups128, typename Epi>
-void launch_gemv_m(const __nv_bfloat16* x, const Int4Matrix& w, int32_t m, const Epi& epi,
+template <int M, bool kGroups128, bool kNormed, typename Epi>
+void launch_gemv_m(const Int4Input& x, const Int4Matrix& w, int32_t m, const Epi& epi,
                    cudaStream_t stream, bool pdl) {
   const int tiles = (w.n + 15) / 16;
   const DeviceFacts& dev = device_facts();
-  auto* sliced = int4_gemv_kernel<M, true, kGroups128, Epi>;
+  auto* sliced = int4_gemv_kernel<M, true, kGroups128, kNormed, Epi>;
   const SmemPlan sliced_smem = smem_plan<M>(dev.smem_budget, w.k, true);
   auto sliced_slots = [&] {
     allow_smem(sliced, sliced_smem.bytes);  // before the occupancy query, which counts on it
@@ -683,7 +742,7 @@ void launch_gemv_m(const __nv_bfloat16* x, const Int4Matrix& w, int32_t m, const
   }
   const int blocks = (tiles + plan.tiles_per_block - 1) / plan.tiles_per_block * plan.parts;
   if (plan.parts == 1) {
-    auto* kernel = int4_gemv_kernel<M, false, kGroups128, Epi>;
+    auto* kernel = int4_gemv_kernel<M, false, kGroups128, kNormed, Epi>;
     const SmemPlan smem = smem_plan<M>(dev.smem_budget, w.k, Epi::kPairs);
     allow_smem(kernel, smem.bytes);
     pdl::launch(pdl, kernel, dim3(unsigned(blocks)), dim3(kThreads), smem.bytes, stream, x, w, m,
@@ -721,16 +780,25 @@ constexpr int next_tokens() {
 // 94.2 -> 99.2; H200, NOTES.md v19). The paired epilogues run on it only (their callers check).
 constexpr int kGroups128MaxTokens = 16;
 
-template <typename Epi, int M = 1>
-void dispatch(const __nv_bfloat16* x, const Int4Matrix& w, int32_t m, const Epi& epi,
+// kMaxM: the most tokens the callers of this epilogue pass (instantiations up to it only).
+template <typename Epi, int kMaxM = kInt4GemvMaxTokens, int M = 1>
+void dispatch(const Int4Input& x, const Int4Matrix& w, int32_t m, const Epi& epi,
               cudaStream_t stream, bool pdl) {
-  if constexpr (M < kInt4GemvMaxTokens) {
-    if (m > M) return dispatch<Epi, next_tokens<M>()>(x, w, m, epi, stream, pdl);
+  if constexpr (M < kMaxM) {
+    if (m > M) return dispatch<Epi, kMaxM, next_tokens<M>()>(x, w, m, epi, stream, pdl);
   }
   if constexpr (M <= kGroups128MaxTokens) {
-    if (w.group_size == kG128) return launch_gemv_m<M, true>(x, w, m, epi, stream, pdl);
+    if (w.group_size == kG128) {
+      // A normed input comes with one token and group size 128 only (check_fold, the callers).
+      if constexpr (M <= kInt4FoldMaxTokens && Epi::kPairs) {
+        if (x.norm.residual != nullptr) {
+          return launch_gemv_m<M, true, true>(x, w, m, epi, stream, pdl);
+        }
+      }
+      return launch_gemv_m<M, true, false>(x, w, m, epi, stream, pdl);
+    }
   }
-  if constexpr (!Epi::kPairs) launch_gemv_m<M, false>(x, w, m, epi, stream, pdl);
+  if constexpr (!Epi::kPairs) launch_gemv_m<M, false, false>(x, w, m, epi, stream, pdl);
 }
 
 // One thread per qweight word: its 8 weights, rows j and j + 8 of a tile, to bf16.
@@ -797,12 +865,26 @@ void launch_int4_gemv(const __nv_bfloat16* x, const Int4Matrix& w, int32_t m, vo
                  w.k, w.group_size, ldy);
     std::abort();
   }
+  const Int4Input in{x};
   if (out_f32) {
-    dispatch(x, w, m, int4_epilogue::Store<float>{static_cast<float*>(y), ldy, w.n}, stream, pdl);
+    dispatch(in, w, m, int4_epilogue::Store<float>{static_cast<float*>(y), ldy, w.n}, stream, pdl);
   } else {
-    dispatch(x, w, m, int4_epilogue::Store<__nv_bfloat16>{static_cast<__nv_bfloat16*>(y), ldy, w.n},
-             stream, pdl);
+    dispatch(in, w, m,
+             int4_epilogue::Store<__nv_bfloat16>{static_cast<__nv_bfloat16*>(y), ldy, w.n}, stream,
+             pdl);
   }
+  TANDEM_CUDA_CHECK_LAUNCH();
+}
+
+void launch_int4_gemv_add(const __nv_bfloat16* x, const Int4Matrix& w, int32_t m, float* residual,
+                          cudaStream_t stream, bool pdl) {
+  if (m < 1 || m > kInt4FoldMaxTokens || !valid(w)) {
+    std::fprintf(stderr, "int4 gemv add: unsupported m=%d n=%d k=%d group_size=%d\n", m, w.n, w.k,
+                 w.group_size);
+    std::abort();
+  }
+  dispatch<int4_epilogue::Store<float, true>, kInt4FoldMaxTokens>(
+      Int4Input{x}, w, m, int4_epilogue::Store<float, true>{residual, w.n, w.n}, stream, pdl);
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 
@@ -810,8 +892,10 @@ bool int4_swiglu_fuses(const Int4Matrix& w, int32_t m) {
   return valid(w) && w.group_size == kG128 && m >= 1 && m <= kGroups128MaxTokens && w.n % 32 == 0;
 }
 
-void launch_int4_gemv_swiglu(const __nv_bfloat16* x, const Int4Matrix& w, int32_t m,
-                             __nv_bfloat16* act, cudaStream_t stream, bool pdl) {
+namespace {
+
+void int4_gemv_swiglu(const Int4Input& x, const Int4Matrix& w, int32_t m, __nv_bfloat16* act,
+                      cudaStream_t stream, bool pdl) {
   if (!int4_swiglu_fuses(w, m)) {
     std::fprintf(stderr, "int4 gemv swiglu: unsupported m=%d n=%d k=%d group_size=%d\n", m, w.n,
                  w.k, w.group_size);
@@ -819,6 +903,42 @@ void launch_int4_gemv_swiglu(const __nv_bfloat16* x, const Int4Matrix& w, int32_
   }
   dispatch(x, w, m, int4_epilogue::SwiGlu{act, w.n / 2}, stream, pdl);
   TANDEM_CUDA_CHECK_LAUNCH();
+}
+
+void int4_qkv_rope_gemv(const Int4Input& x, const Int4Matrix& w, int32_t m, const RopeKvTarget& out,
+                        cudaStream_t stream, bool pdl) {
+  if (!int4_qkv_rope_fuses(w, m, out.s)) {
+    std::fprintf(stderr,
+                 "int4 q|k|v rope gemv: unsupported m=%d n=%d k=%d group_size=%d head_dim=%d\n", m,
+                 w.n, w.k, w.group_size, out.s.head_dim);
+    std::abort();
+  }
+  dispatch(x, w, m, int4_epilogue::Rope{out}, stream, pdl);
+  TANDEM_CUDA_CHECK_LAUNCH();
+}
+
+// A normed input: one token at most (each block reads its rows' fp32 residual whole), group size
+// 128 (the paired epilogues' own condition).
+void check_fold(const NormedRows& x, const Int4Matrix& w, int32_t m) {
+  if (m > kInt4FoldMaxTokens || x.residual == nullptr || x.weight == nullptr ||
+      w.group_size != kG128) {
+    std::fprintf(stderr, "int4 gemv over NormedRows: unsupported m=%d group_size=%d\n", m,
+                 w.group_size);
+    std::abort();
+  }
+}
+
+}  // namespace
+
+void launch_int4_gemv_swiglu(const __nv_bfloat16* x, const Int4Matrix& w, int32_t m,
+                             __nv_bfloat16* act, cudaStream_t stream, bool pdl) {
+  int4_gemv_swiglu(Int4Input{x}, w, m, act, stream, pdl);
+}
+
+void launch_int4_gemv_swiglu(const NormedRows& x, const Int4Matrix& w, int32_t m,
+                             __nv_bfloat16* act, cudaStream_t stream, bool pdl) {
+  check_fold(x, w, m);
+  int4_gemv_swiglu(Int4Input{nullptr, x}, w, m, act, stream, pdl);
 }
 
 bool int4_qkv_rope_fuses(const Int4Matrix& w, int32_t m, const RopeKvShape& s) {
@@ -830,14 +950,13 @@ bool int4_qkv_rope_fuses(const Int4Matrix& w, int32_t m, const RopeKvShape& s) {
 
 void launch_int4_qkv_rope_gemv(const __nv_bfloat16* x, const Int4Matrix& w, int32_t m,
                                const RopeKvTarget& out, cudaStream_t stream, bool pdl) {
-  if (!int4_qkv_rope_fuses(w, m, out.s)) {
-    std::fprintf(stderr,
-                 "int4 q|k|v rope gemv: unsupported m=%d n=%d k=%d group_size=%d head_dim=%d\n", m,
-                 w.n, w.k, w.group_size, out.s.head_dim);
-    std::abort();
-  }
-  dispatch(x, w, m, int4_epilogue::Rope{out}, stream, pdl);
-  TANDEM_CUDA_CHECK_LAUNCH();
+  int4_qkv_rope_gemv(Int4Input{x}, w, m, out, stream, pdl);
+}
+
+void launch_int4_qkv_rope_gemv(const NormedRows& x, const Int4Matrix& w, int32_t m,
+                               const RopeKvTarget& out, cudaStream_t stream, bool pdl) {
+  check_fold(x, w, m);
+  int4_qkv_rope_gemv(Int4Input{nullptr, x}, w, m, out, stream, pdl);
 }
 
 void launch_int4_dequant(const Int4Matrix& w, __nv_bfloat16* out, cudaStream_t stream) {

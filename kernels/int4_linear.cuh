@@ -13,6 +13,7 @@
 
 #include <cstdint>
 
+#include "normed_rows.cuh"
 #include "rope_kv.cuh"
 
 namespace tandem::kernels {
@@ -56,6 +57,19 @@ void launch_int4_gemv(const __nv_bfloat16* x,  // [m, k] in, row stride k, 16-by
                       int32_t ldy, bool out_f32, cudaStream_t stream,
                       bool pdl = false);  // may overlap the launch before (pdl.cuh, sm_90+)
 
+// One-token decode with the layer's RMSNorms folded in (the int4 form of the bf16 fold, gemv.cuh):
+// the GEMVs that read a norm take x = RMSNorm(residual) as NormedRows and normalise it per block,
+// and the GEMVs that feed the residual add their bf16-rounded output to it. A layer runs 5
+// launches instead of 7. Each block reads its tokens' fp32 rows whole, hence one token.
+constexpr int32_t kInt4FoldMaxTokens = 1;
+
+// residual[t, r] += bf16(x · W^T)[t, r]: launch_int4_gemv (bf16 out) and launch_add_rmsnorm's
+// residual add, the same bits. m <= kInt4FoldMaxTokens.
+void launch_int4_gemv_add(const __nv_bfloat16* x,  // [m, k] in
+                          const Int4Matrix& w, int32_t m,
+                          float* residual,  // [m, n] in and out
+                          cudaStream_t stream, bool pdl = false);
+
 // Decode projections with their activation fused into the GEMV's epilogue: launch_int4_gemv
 // (bf16 out) followed by the separate kernel, as one launch without the round trip of the
 // projection's output. The sums may differ from launch_int4_gemv's in their last bits where the
@@ -70,6 +84,9 @@ void launch_int4_gemv_swiglu(const __nv_bfloat16* x,  // [m, k] in
                              const Int4Matrix& w, int32_t m,
                              __nv_bfloat16* act,  // [m, width] out
                              cudaStream_t stream, bool pdl = false);
+// The same with x = RMSNorm(residual), m <= kInt4FoldMaxTokens.
+void launch_int4_gemv_swiglu(const NormedRows& x, const Int4Matrix& w, int32_t m,
+                             __nv_bfloat16* act, cudaStream_t stream, bool pdl = false);
 
 // w = q | k | v ([(H + 2 KVH) * D, k]): RoPE, the bias and the K/V page write as
 // launch_rope_kv_write (out.s.num_tokens == m).
@@ -77,6 +94,9 @@ bool int4_qkv_rope_fuses(const Int4Matrix& w, int32_t m, const RopeKvShape& s);
 void launch_int4_qkv_rope_gemv(const __nv_bfloat16* x,  // [m, k] in
                                const Int4Matrix& w, int32_t m, const RopeKvTarget& out,
                                cudaStream_t stream, bool pdl = false);
+// The same with x = RMSNorm(residual), m <= kInt4FoldMaxTokens.
+void launch_int4_qkv_rope_gemv(const NormedRows& x, const Int4Matrix& w, int32_t m,
+                               const RopeKvTarget& out, cudaStream_t stream, bool pdl = false);
 
 // Prefill sizes: the whole matrix as bf16 in the original feature order (out[r, perm[i]] for a
 // permuted matrix), for a cuBLASLt GEMM with the unpermuted activations. The bf16 rounding of

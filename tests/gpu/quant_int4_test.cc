@@ -1,18 +1,22 @@
 // The int4 kernels (kernels/int4_linear.cuh) on layouts repacked from random GPTQ tensors, with
 // and without an act-order permutation: the GEMV against fp64 sums of int4_layout_row's weights
 // for 1..32 tokens, bf16 and fp32 outputs, the dequantized matrix bit for bit, and the GEMVs
-// with SwiGLU and RoPE epilogues against the GEMV followed by the separate kernel.
+// with SwiGLU and RoPE epilogues against the GEMV followed by the separate kernel, and the GEMVs
+// of a folded one-token step against add_rmsnorm followed by the plain launch.
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <numeric>
 #include <random>
 #include <string>
+#include <utility>
 
 #include "gpu_test_util.h"
 #include "kernels/int4_linear.cuh"
+#include "kernels/rmsnorm.cuh"
 #include "kernels/rope_kv.cuh"
 #include "kernels/silu_mul.cuh"
 #include "model/device_quant_layout.h"
@@ -292,6 +296,118 @@ TEST_CASE("int4 q|k|v gemv with the RoPE epilogue matches the gemv then rope_kv_
         }
         CHECK(changed == m);
       }
+    }
+  }
+}
+
+// A folded one-token step (kernels/int4_linear.cuh): the GEMVs that read a norm take
+// RMSNorm(residual) and normalise it per block, and the GEMVs that feed the residual add to it.
+// Against launch_add_rmsnorm then the plain launch: the norm's sum of squares runs in another
+// order, so a few normalised inputs (and through them outputs) may differ in their last bit; the
+// residual add is the same bits as the bf16 GEMV output added on the host.
+TEST_CASE("int4 gemvs of a folded step match add_rmsnorm then the gemv (one token)") {
+  const float eps = 1e-6f;
+  uint32_t seed = 400;
+  auto norm_inputs = [&](int k) {
+    std::vector<float> res = random_f32(size_t(k), seed++, -2.0f, 2.0f);
+    return std::make_pair(res, random_f32(size_t(k), seed++, 0.5f, 1.5f));
+  };
+  // The reference input: launch_add_rmsnorm's bf16 row.
+  auto normed_row = [&](const Dev<float>& res, const Dev<float>& gamma, int k,
+                        Dev<__nv_bfloat16>& normed) {
+    Dev<float> scratch(res.get<float>());
+    kernels::launch_add_rmsnorm(scratch.p, nullptr, gamma.p, 1, k, eps, normed.p, nullptr);
+  };
+  SUBCASE("SwiGLU over NormedRows") {
+    struct Case {
+      int width, k;
+      bool act_order;
+    };
+    for (const Case& c : {Case{4864, 896, true}, Case{18944, 3584, false}}) {
+      CAPTURE(c.k);
+      const Int4Layout layout = random_layout(Shape{2 * c.width, c.k, 128, c.act_order}, seed++);
+      const DeviceInt4 dev(layout);
+      const auto [res_h, gamma_h] = norm_inputs(c.k);
+      const Dev<float> res(res_h), gamma(gamma_h);
+      Dev<__nv_bfloat16> normed(size_t(c.k));
+      normed_row(res, gamma, c.k, normed);
+      Dev<__nv_bfloat16> ref(size_t(c.width)), got(size_t(c.width)), again(size_t(c.width));
+      got.poison();
+      again.poison();
+      kernels::launch_int4_gemv_swiglu(normed.p, dev.matrix(), 1, ref.p, nullptr);
+      const kernels::NormedRows in{res.p, gamma.p, eps};
+      kernels::launch_int4_gemv_swiglu(in, dev.matrix(), 1, got.p, nullptr);
+      kernels::launch_int4_gemv_swiglu(in, dev.matrix(), 1, again.p, nullptr);
+      const auto r = ref.get<uint16_t>(), g = got.get<uint16_t>(), a = again.get<uint16_t>();
+      CHECK(same_bits(g.data(), a.data(), g.size() * 2));
+      CHECK(bf16_rel_error(g, r) < 2e-3);  // every element written: poison is NaN
+      CHECK(equal_fraction(g, r) > 0.99);
+      CHECK(res.get<float>() == res_h);  // the residual is only read
+    }
+  }
+  SUBCASE("q|k|v with RoPE over NormedRows") {
+    struct Case {
+      int heads, kv_heads, dim, k;
+    };
+    for (const Case& c : {Case{14, 2, 64, 896}, Case{28, 4, 128, 3584}}) {
+      CAPTURE(c.k);
+      const int H = c.heads, KVH = c.kv_heads, D = c.dim, P = 16;
+      const int W = (H + 2 * KVH) * D;
+      const Int4Layout layout = random_layout(Shape{W, c.k, 128, false}, seed++);
+      const DeviceInt4 dev(layout);
+      const auto [res_h, gamma_h] = norm_inputs(c.k);
+      const Dev<float> res(res_h), gamma(gamma_h);
+      Dev<__nv_bfloat16> normed(size_t(c.k));
+      normed_row(res, gamma, c.k, normed);
+      std::vector<float> inv(size_t(D / 2));
+      for (int i = 0; i < D / 2; ++i) inv[size_t(i)] = 1.0f / std::pow(10000.0f, float(2 * i) / D);
+      const Dev<float> dinv(inv), dbias(random_f32(size_t(W), seed++, -0.5f, 0.5f));
+      const Dev<int32_t> dpos(std::vector<int32_t>{41}), dslots(std::vector<int32_t>{19});
+      const auto cache = random_bf16(size_t(3) * KVH * P * D, seed++, 1.0f);
+      const kernels::RopeKvShape shape{1, H, KVH, D, P};
+      auto run = [&](bool folded) {
+        Dev<__nv_bfloat16> q(size_t(H) * D), kc(cache), vc(cache);
+        q.poison();
+        const kernels::RopeKvTarget out{dbias.p, dpos.p, dslots.p, dinv.p, shape, q.p, kc.p, vc.p};
+        if (folded) {
+          kernels::launch_int4_qkv_rope_gemv(kernels::NormedRows{res.p, gamma.p, eps}, dev.matrix(),
+                                             1, out, nullptr);
+        } else {
+          kernels::launch_int4_qkv_rope_gemv(normed.p, dev.matrix(), 1, out, nullptr);
+        }
+        return std::array<std::vector<uint16_t>, 3>{q.get<uint16_t>(), kc.get<uint16_t>(),
+                                                    vc.get<uint16_t>()};
+      };
+      const auto ref = run(false), got = run(true), again = run(true);
+      for (int i = 0; i < 3; ++i) {
+        CAPTURE(i);
+        CHECK(same_bits(got[i].data(), again[i].data(), got[i].size() * 2));
+        CHECK(bf16_rel_error(got[i], ref[i]) < 2e-3);  // every q written: poison is NaN
+      }
+      CHECK(equal_fraction(got[0], ref[0]) > 0.99);
+      const size_t at = size_t(19 / P * KVH * P + 19 % P) * D;  // slot 19's K row, head 0
+      CHECK(got[1][at] != cache[at]);  // not vacuous: the K/V write happened
+    }
+  }
+  SUBCASE("the residual add") {
+    // Qwen2.5-7B's o and down (sliced over a cluster), the 0.5B's o with act order.
+    for (const Shape& s : {Shape{3584, 3584, 128, false}, Shape{3584, 18944, 128, false},
+                           Shape{896, 896, 128, true}, Shape{40, 96, 32, true}}) {
+      CAPTURE(s.k);
+      const Int4Layout layout = random_layout(s, seed++);
+      const DeviceInt4 dev(layout);
+      const Dev<__nv_bfloat16> x(random_bf16(size_t(s.k), seed++, 1.0f));
+      const auto res_h = random_f32(size_t(s.n), seed++, -4.0f, 4.0f);
+      Dev<__nv_bfloat16> y(size_t(s.n));
+      kernels::launch_int4_gemv(x.p, dev.matrix(), 1, y.p, s.n, false, nullptr);
+      const std::vector<float> yf = to_f32(y.get<uint16_t>());
+      std::vector<float> want(res_h);
+      for (size_t i = 0; i < want.size(); ++i) want[i] += yf[i];
+      Dev<float> res(res_h);
+      kernels::launch_int4_gemv_add(x.p, dev.matrix(), 1, res.p, nullptr);
+      const std::vector<float> got = res.get<float>();
+      CHECK(same_bits(got.data(), want.data(), got.size() * 4));
+      CHECK(got != res_h);
     }
   }
 }

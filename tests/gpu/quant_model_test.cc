@@ -9,7 +9,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <memory>
 
 #include "kernels/cuda_check.cuh"
 #include "model/mkmodel.h"
@@ -132,41 +134,95 @@ TEST_CASE("--quantization fp8 at load") {
 // Int4 decode steps on sm_90 overlap their launches (CudaRunner::overlaps_int4_launches): each
 // GEMV loads weights before its wait, everything else after it. A read or write on the wrong
 // side shows up as logits that differ from the plain launches' (graphs and eager, reruns).
-TEST_CASE("awq: overlapped int4 decode launches give the plain launches' bits") {
-  testing::ScratchDir dir("gpu-quant-awq-overlap");
-  MkModelOptions mk;
-  mk.preset = "small-qwen";
-  mk.out_dir = dir.path.string();
-  mk.seed = 23;
-  mk.quantization = "awq";
-  Status st = make_model(mk);
-  REQUIRE_MESSAGE(st.ok(), (st.ok() ? "" : st.error().to_string()));
-  auto model = load_model_dir(dir.path.string());
-  REQUIRE_MESSAGE(model.ok(), (model.ok() ? "" : model.error().to_string()));
+namespace {
+
+// An AWQ small-qwen in a scratch directory, and the device's compute capability major.
+struct AwqModel {
+  testing::ScratchDir dir;
+  std::unique_ptr<ModelDir> model;
   int major = 0;
-  TANDEM_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+  AwqModel(const std::string& name, uint32_t seed) : dir(name) {
+    MkModelOptions mk;
+    mk.preset = "small-qwen";
+    mk.out_dir = dir.path.string();
+    mk.seed = seed;
+    mk.quantization = "awq";
+    Status st = make_model(mk);
+    REQUIRE_MESSAGE(st.ok(), (st.ok() ? "" : st.error().to_string()));
+    auto loaded = load_model_dir(dir.path.string());
+    REQUIRE_MESSAGE(loaded.ok(), (loaded.ok() ? "" : loaded.error().to_string()));
+    model = std::make_unique<ModelDir>(std::move(loaded).value());
+    TANDEM_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+  }
+};
+
+// Greedy steps after a 37-token prompt, a 3-token chunk at step 4: every step's logits, and the
+// tokens picked.
+std::vector<float> greedy_logits(ModelRunner& runner, std::vector<int32_t>* picked = nullptr) {
+  gpu_test::RunnerSeq seq{runner, {}, 0};
+  std::vector<int32_t> prompt;
+  for (int32_t i = 0; i < 37; ++i) prompt.push_back(1000 + 7919 * i % 150000);
+  std::vector<float> logits = seq.step(prompt), all;
+  for (int32_t i = 0; i < 10; ++i) {
+    const int32_t best = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    if (picked != nullptr) picked->push_back(best);
+    std::vector<int32_t> next = {best};
+    if (i == 4) next = {best, int32_t((best + 11) % 150000), int32_t((best + 97) % 150000)};
+    logits = seq.step(next);
+    all.insert(all.end(), logits.begin(), logits.end());
+  }
+  return all;
+}
+
+}  // namespace
+
+TEST_CASE("awq: overlapped int4 decode launches give the plain launches' bits") {
+  const AwqModel awq("gpu-quant-awq-overlap", 23);
   auto run = [&](bool overlap, bool graphs) {
-    auto runner = make(*model, "cuda:0", "");
+    auto runner = make(*awq.model, "cuda:0", "");
     auto* cuda = dynamic_cast<CudaRunner*>(runner.get());
     REQUIRE(cuda != nullptr);
     cuda->set_use_graphs(graphs);
     cuda->set_overlap_launches(overlap);
     // The steps below do take the overlapped launches where the device has them.
-    CHECK(cuda->overlaps_int4_launches(1, 1) == (overlap && major >= 9));
-    CHECK(cuda->overlaps_int4_launches(3, 1) == (overlap && major >= 9));
+    CHECK(cuda->overlaps_int4_launches(1, 1) == (overlap && awq.major >= 9));
+    CHECK(cuda->overlaps_int4_launches(3, 1) == (overlap && awq.major >= 9));
     CHECK_FALSE(cuda->overlaps_int4_launches(1, 0));
-    gpu_test::RunnerSeq seq{*runner, {}, 0};
-    std::vector<int32_t> prompt;
-    for (int32_t i = 0; i < 37; ++i) prompt.push_back(1000 + 7919 * i % 150000);
-    std::vector<float> logits = seq.step(prompt), all;
-    for (int32_t i = 0; i < 10; ++i) {
-      const int32_t best = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
-      std::vector<int32_t> next = {best};
-      if (i == 4) next = {best, int32_t((best + 11) % 150000), int32_t((best + 97) % 150000)};
-      logits = seq.step(next);
-      all.insert(all.end(), logits.begin(), logits.end());
-    }
-    return all;
+    return greedy_logits(*runner);
   };
   gpu_test::check_overlap_bits(run);
+}
+
+// One-token int4 steps fold the RMSNorms into the GEMVs (CudaRunner::folds_int4_norms): the
+// norm's sum of squares runs in another order, so the logits are near the unfolded steps', not
+// equal; the greedy tokens are the same. Checked overlapped and not, graphs and eager.
+TEST_CASE("awq: one-token steps with the norms folded into the int4 gemvs") {
+  const AwqModel awq("gpu-quant-awq-fold", 29);
+  for (bool overlap : {false, true}) {
+    for (bool graphs : {true, false}) {
+      CAPTURE(overlap);
+      CAPTURE(graphs);
+      auto run = [&](bool fold, std::vector<int32_t>* picked) {
+        auto runner = make(*awq.model, "cuda:0", "");
+        auto* cuda = dynamic_cast<CudaRunner*>(runner.get());
+        REQUIRE(cuda != nullptr);
+        cuda->set_use_graphs(graphs);
+        cuda->set_overlap_launches(overlap);
+        cuda->set_fold_int4_norms(fold);
+        // Folded where the fused RoPE runs (thread-block clusters), and one token only.
+        CHECK(cuda->folds_int4_norms(1) == (fold && awq.major >= 9));
+        CHECK_FALSE(cuda->folds_int4_norms(3));
+        return greedy_logits(*runner, picked);
+      };
+      std::vector<int32_t> plain_tokens, folded_tokens, again_tokens;
+      const std::vector<float> plain = run(false, &plain_tokens);
+      const std::vector<float> folded = run(true, &folded_tokens);
+      const std::vector<float> again = run(true, &again_tokens);
+      CHECK(std::memcmp(folded.data(), again.data(), folded.size() * sizeof(float)) == 0);
+      const double rel = testing::relative_error(folded, plain);
+      MESSAGE("folded against unfolded: rel " << rel);
+      CHECK(rel < 2e-3);
+      CHECK(folded_tokens == plain_tokens);
+    }
+  }
 }

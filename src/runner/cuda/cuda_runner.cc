@@ -455,6 +455,8 @@ void CudaRunner::run_model(int32_t T, int32_t L) {
   // Single-token decode of a small model through bf16 weights: each RMSNorm folds into the GEMV
   // that reads it and each residual add into the GEMV that feeds it (5 launches a layer, not 7).
   const bool fold = folds_norms(T);
+  // One-token int4 steps fold them too, into the int4 GEMVs (the same 5 launches a layer).
+  const bool fold_int4 = folds_int4_norms(T);
   const bool pdl = overlaps_launches(T, L) || overlaps_int4_launches(T, L);
   for (int32_t li = 0; li < int32_t(c.num_layers); ++li) {
     const DeviceLayer& w = weights_.layers[size_t(li)];
@@ -471,13 +473,21 @@ void CudaRunner::run_model(int32_t T, int32_t L) {
                                          kc,
                                          vc};
     const kernels::NormedRows input_normed{residual, w.input_norm.as<float>(), eps};
+    kernels::Int4Matrix qkv_int4, o_int4, gate_up_int4, down_int4;
+    if (fold_int4) {
+      single_int4_matrix(w.qkv, &qkv_int4);
+      single_int4_matrix(w.o, &o_int4);
+      single_int4_matrix(w.gate_up, &gate_up_int4);
+      single_int4_matrix(w.down, &down_int4);
+    }
     if (fold) {
       kernels::launch_qkv_rope_gemv(input_normed, w.qkv.bf16(), H, rope_out, stream_, pdl);
+    } else if (fold_int4) {
+      kernels::launch_int4_qkv_rope_gemv(input_normed, qkv_int4, T, rope_out, stream_, pdl);
     } else {
       // The previous layer's MLP output joins the residual here.
       const bool qkv_fp8 =
           add_rmsnorm(li == 0 ? nullptr : delta, input_normed.weight, T, w.qkv, pdl);
-      kernels::Int4Matrix qkv_int4;
       if (T <= kernels::kGemvMaxTokens && w.qkv.bf16() != nullptr && D % 16 == 0) {
         // Decode: RoPE and the K/V write in the projection's epilogue (the same bits).
         kernels::launch_qkv_rope_gemv(normed, w.qkv.bf16(), H, rope_out, stream_);
@@ -502,6 +512,13 @@ void CudaRunner::run_model(int32_t T, int32_t L) {
                                pdl);
       continue;
     }
+    if (fold_int4) {
+      kernels::launch_int4_gemv_add(attn_.as<__nv_bfloat16>(), o_int4, T, residual, stream_, pdl);
+      kernels::launch_int4_gemv_swiglu(post_normed, gate_up_int4, T, act_.as<__nv_bfloat16>(),
+                                       stream_, pdl);
+      kernels::launch_int4_gemv_add(act_.as<__nv_bfloat16>(), down_int4, T, residual, stream_, pdl);
+      continue;
+    }
     linear(attn_.as<__nv_bfloat16>(), w.o, T, delta, pdl);
     const bool gate_up_fp8 = add_rmsnorm(delta, post_normed.weight, T, w.gate_up, pdl);
     // The SwiGLU fused into the projection: the GEMV for one token (4.55 vs 4.59 ms a 7B step,
@@ -509,7 +526,6 @@ void CudaRunner::run_model(int32_t T, int32_t L) {
     // and silu_mul, v15); each the same bits as its unfused pair.
     // Int4 (group 128, up to 16 tokens): the same fusion in the int4 GEMV, its sums in the fused
     // plan's k order (NOTES.md v19).
-    kernels::Int4Matrix gate_up_int4;
     if (T < kernels::kSkinnyMinTokens && w.gate_up.bf16() != nullptr) {
       kernels::launch_gemv_swiglu(normed, w.gate_up.bf16(), T, I, H, act_.as<__nv_bfloat16>(),
                                   stream_);
@@ -528,8 +544,8 @@ void CudaRunner::run_model(int32_t T, int32_t L) {
     linear(act_.as<__nv_bfloat16>(), w.down, T, delta, pdl);
   }
   // Folded layers left the residual complete; otherwise the last MLP output joins it here.
-  kernels::launch_add_rmsnorm(residual, fold ? nullptr : delta, weights_.final_norm.as<float>(), T,
-                              H, eps, normed, stream_, pdl);
+  kernels::launch_add_rmsnorm(residual, fold || fold_int4 ? nullptr : delta,
+                              weights_.final_norm.as<float>(), T, H, eps, normed, stream_, pdl);
   if (L == 0) return;
   kernels::launch_gather_rows_bf16(normed, meta + off_logit_rows_, L, H,
                                    picked_.as<__nv_bfloat16>(), stream_, pdl);
@@ -613,6 +629,26 @@ bool CudaRunner::overlaps_launches(int32_t T, int32_t L) const {
 bool CudaRunner::overlaps_int4_launches(int32_t T, int32_t L) const {
   return int4_linears_ && overlap_capable_ && overlap_launches_ && L > 0 &&
          T <= kernels::kInt4GemvMaxTokens;
+}
+
+// The int4 fold (kernels/int4_linear.cuh): one token, every layer's q|k|v taking the fused RoPE
+// and its gate|up the fused SwiGLU (group size 128, clusters), and small models only, as the
+// bf16 fold: each block normalises the row for itself, and at 3,584 features that prologue cost
+// the 7B's gate|up (1.5 waves of blocks) 24.8 -> 30.4 us, q|k|v 10.2 -> 12.3, more than the two
+// norm launches it saves (AWQ 7B batch 1 2.05 -> 2.13 ms; AWQ 0.5B 0.653 -> 0.618 with the
+// attention change of the same measurement; H200, NOTES.md v20).
+bool CudaRunner::folds_int4_norms(int32_t T) const {
+  if (!int4_linears_ || !fold_int4_norms_ || T < 1 || T > kernels::kInt4FoldMaxTokens ||
+      config_.hidden_size > kFoldNormsMaxHidden) {
+    return false;
+  }
+  const kernels::RopeKvShape shape{T, int32_t(config_.num_heads), int32_t(config_.num_kv_heads),
+                                   int32_t(config_.head_dim), page_size_};
+  return std::all_of(weights_.layers.begin(), weights_.layers.end(), [&](const DeviceLayer& l) {
+    kernels::Int4Matrix qkv, gate_up;
+    return single_int4_matrix(l.qkv, &qkv) && kernels::int4_qkv_rope_fuses(qkv, T, shape) &&
+           single_int4_matrix(l.gate_up, &gate_up) && kernels::int4_swiglu_fuses(gate_up, T);
+  });
 }
 
 bool CudaRunner::folds_norms(int32_t T) const {

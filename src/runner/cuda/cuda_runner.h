@@ -73,6 +73,11 @@ class CudaRunner final : public ModelRunner {
   bool overlaps_launches(int32_t num_tokens, int32_t num_logits) const;
   // Whether an unfolded forward overlaps its launches: decode steps of int4 weights.
   bool overlaps_int4_launches(int32_t num_tokens, int32_t num_logits) const;
+  // Tests: whether one-token int4 steps fold the RMSNorms into the GEMVs (on by default).
+  // Before the first forward, as set_overlap_launches.
+  void set_fold_int4_norms(bool on) { fold_int4_norms_ = on; }
+  // Whether a forward of this many tokens folds the norms into the int4 GEMVs (run_model's rule).
+  bool folds_int4_norms(int32_t num_tokens) const;
   cudaStream_t stream() const { return stream_; }
 
  private:
@@ -114,6 +119,7 @@ class CudaRunner final : public ModelRunner {
   bool int4_linears_ = false;     // every layer's Linears are one AWQ/GPTQ part each
   bool overlap_capable_ = false;  // sm_90+: launches may overlap the one before (kernels/pdl.cuh)
   bool overlap_launches_ = true;  // and folded steps use it (set_overlap_launches)
+  bool fold_int4_norms_ = true;   // set_fold_int4_norms
   MemoryPlan plan_;               // set once by make_cuda_runner
   // The fewest rows any layer's Linear keeps on its decode kernel (device_linear.h).
   int32_t decode_rows_limit_ = std::numeric_limits<int32_t>::max();
