@@ -644,8 +644,11 @@ bool forced_plan(Plan& plan, bool clusters) {
 //   tile a block. 7B down at 5 / 16 / 32 tokens 32.8 / 69.2 / 126.8 -> 22.7 / 26.9 / 39.6 us.
 //   At 1-2 tokens the unsliced kernel ties or wins except on long rows (down: 23.0 -> 22.5).
 // `sliced_slots()`: how many sliced blocks one wave holds; asked only where slicing is weighed.
+// On the group-128 path at one token the unsliced kernel wins on long rows too (a re-sweep of
+// every plan: 7B down 15.44 -> 14.78 us, q|k|v and o tie; H200, NOTES.md v20).
 template <typename SlotsFn>
-Plan choose_plan(int tiles, int k, int m, int sms, bool clusters, SlotsFn sliced_slots) {
+Plan choose_plan(int tiles, int k, int m, bool groups128, int sms, bool clusters,
+                 SlotsFn sliced_slots) {
   Plan plan;
   if (forced_plan(plan, clusters)) return plan;
   if (tiles >= 8 * sms) {
@@ -655,7 +658,7 @@ Plan choose_plan(int tiles, int k, int m, int sms, bool clusters, SlotsFn sliced
     if (tiles >= 16 * sms) return Plan{m >= 5 ? kWarps : 4, 1};
     return Plan{2, 1};
   }
-  if (!clusters || (m <= 2 && k < 8192)) return plan;
+  if (!clusters || (m <= 2 && k < 8192) || (groups128 && m == 1)) return plan;
   const int pairs = k / 64;
   const int tile_blocks = (tiles + kWarps - 1) / kWarps;
   const int slots = sliced_slots();
@@ -735,7 +738,7 @@ void launch_gemv_m(const Int4Input& x, const Int4Matrix& w, int32_t m, const Epi
   if constexpr (std::is_same_v<Epi, int4_epilogue::Rope>) {
     plan = whole_heads_plan(tiles, dev.clusters, sliced_slots);
   } else {
-    plan = choose_plan(tiles, w.k, M, dev.sms, dev.clusters, sliced_slots);
+    plan = choose_plan(tiles, w.k, M, kGroups128, dev.sms, dev.clusters, sliced_slots);
   }
   if constexpr (std::is_same_v<Epi, int4_epilogue::SwiGlu>) {
     plan.tiles_per_block = std::max(plan.tiles_per_block, 2);  // gate and up rows together
