@@ -60,7 +60,9 @@ void launch_int4_gemv(const __nv_bfloat16* x,  // [m, k] in, row stride k, 16-by
 // One-token decode with the layer's RMSNorms folded in (the int4 form of the bf16 fold, gemv.cuh):
 // the GEMVs that read a norm take x = RMSNorm(residual) as NormedRows and normalise it per block,
 // and the GEMVs that feed the residual add their bf16-rounded output to it. A layer runs 5
-// launches instead of 7. Each block reads its tokens' fp32 rows whole, hence one token.
+// launches instead of 7. Each block reads its tokens' fp32 rows whole, hence one token; the
+// runner folds small models only (CudaRunner::folds_int4_norms: the 7B's 1.5 waves of gate|up
+// blocks pay that read twice).
 constexpr int32_t kInt4FoldMaxTokens = 1;
 
 // residual[t, r] += bf16(x · W^T)[t, r]: launch_int4_gemv (bf16 out) and launch_add_rmsnorm's

@@ -455,7 +455,7 @@ void CudaRunner::run_model(int32_t T, int32_t L) {
   // Single-token decode of a small model through bf16 weights: each RMSNorm folds into the GEMV
   // that reads it and each residual add into the GEMV that feeds it (5 launches a layer, not 7).
   const bool fold = folds_norms(T);
-  // One-token int4 steps fold them too, into the int4 GEMVs (the same 5 launches a layer).
+  // One-token int4 steps of small models fold them too, into the int4 GEMVs (the same 5).
   const bool fold_int4 = folds_int4_norms(T);
   const bool pdl = overlaps_launches(T, L) || overlaps_int4_launches(T, L);
   for (int32_t li = 0; li < int32_t(c.num_layers); ++li) {
