@@ -438,7 +438,7 @@ void launch_tc(const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_
   const int warps = tc_warps(num_slices, max_warps);
   const int smem = warps * int(sizeof(TcWarpSmem<D>));
   // Above 48 KB a kernel must opt in (8 warps at D = 128 take 136 KB).
-  // The early start at head size 64 only: Qwen2.5-0.5B batch 1 0.663 -> 0.635 ms (bf16, x2
+  // The early start at head size 64 only: Qwen2.5-0.5B batch 1 0.658 -> 0.634 ms (bf16, x2
   // alternated; H200, NOTES.md v20), but at 128 the kernel measured 8.2 -> 11.7 us alone (ncu,
   // cause not found) and the AWQ 7B's overlapped step 2.048 -> 2.053-2.074 ms.
   auto* kernel = decode_attention_tc_kernel<D, false>;

@@ -138,6 +138,7 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig& config
         return single_int4_matrix(l.qkv, &unused) && single_int4_matrix(l.o, &unused) &&
                single_int4_matrix(l.gate_up, &unused) && single_int4_matrix(l.down, &unused);
       });
+  r->int4_fold_capable_ = r->int4_linears_ && r->int4_fold_layers();
   for (const DeviceLayer& l : r->weights_.layers) {
     for (const DeviceLinear* w : {&l.qkv, &l.o, &l.gate_up, &l.down}) {
       r->decode_rows_limit_ = std::min(r->decode_rows_limit_, linear_decode_rows_limit(*w));
@@ -638,16 +639,20 @@ bool CudaRunner::overlaps_int4_launches(int32_t T, int32_t L) const {
 // norm launches it saves (AWQ 7B batch 1 2.05 -> 2.13 ms; AWQ 0.5B 0.653 -> 0.618 with the
 // attention change of the same measurement; H200, NOTES.md v20).
 bool CudaRunner::folds_int4_norms(int32_t T) const {
-  if (!int4_linears_ || !fold_int4_norms_ || T < 1 || T > kernels::kInt4FoldMaxTokens ||
-      config_.hidden_size > kFoldNormsMaxHidden) {
-    return false;
-  }
-  const kernels::RopeKvShape shape{T, int32_t(config_.num_heads), int32_t(config_.num_kv_heads),
+  return int4_fold_capable_ && fold_int4_norms_ && T >= 1 && T <= kernels::kInt4FoldMaxTokens;
+}
+
+// Asked once at load (the layers' formats and shapes do not change): the one-token fused forms
+// hold for every layer (the fold's one token count, kInt4FoldMaxTokens == 1).
+bool CudaRunner::int4_fold_layers() const {
+  static_assert(kernels::kInt4FoldMaxTokens == 1, "the fused forms are checked for one token");
+  if (config_.hidden_size > kFoldNormsMaxHidden) return false;
+  const kernels::RopeKvShape shape{1, int32_t(config_.num_heads), int32_t(config_.num_kv_heads),
                                    int32_t(config_.head_dim), page_size_};
   return std::all_of(weights_.layers.begin(), weights_.layers.end(), [&](const DeviceLayer& l) {
     kernels::Int4Matrix qkv, gate_up;
-    return single_int4_matrix(l.qkv, &qkv) && kernels::int4_qkv_rope_fuses(qkv, T, shape) &&
-           single_int4_matrix(l.gate_up, &gate_up) && kernels::int4_swiglu_fuses(gate_up, T);
+    return single_int4_matrix(l.qkv, &qkv) && kernels::int4_qkv_rope_fuses(qkv, 1, shape) &&
+           single_int4_matrix(l.gate_up, &gate_up) && kernels::int4_swiglu_fuses(gate_up, 1);
   });
 }
 

@@ -94,6 +94,8 @@ class CudaRunner final : public ModelRunner {
                  bool pdl = false);
   // Whether a forward of this many tokens folds the RMSNorms and residual adds into the GEMVs.
   bool folds_norms(int32_t num_tokens) const;
+  // Whether every layer takes the int4 fold's fused forms, and the model is small enough.
+  bool int4_fold_layers() const;
   void linear(const __nv_bfloat16* x, const DeviceLinear& w, int32_t m, void* y, bool pdl = false) {
     run_linear(w, x, m, y, /*out_f32=*/false, linear_scratch_, stream_, pdl);
   }
@@ -119,8 +121,9 @@ class CudaRunner final : public ModelRunner {
   bool int4_linears_ = false;     // every layer's Linears are one AWQ/GPTQ part each
   bool overlap_capable_ = false;  // sm_90+: launches may overlap the one before (kernels/pdl.cuh)
   bool overlap_launches_ = true;  // and folded steps use it (set_overlap_launches)
-  bool fold_int4_norms_ = true;   // set_fold_int4_norms
-  MemoryPlan plan_;               // set once by make_cuda_runner
+  bool int4_fold_capable_ = false;  // int4_fold_layers(), asked once at load
+  bool fold_int4_norms_ = true;     // set_fold_int4_norms
+  MemoryPlan plan_;                 // set once by make_cuda_runner
   // The fewest rows any layer's Linear keeps on its decode kernel (device_linear.h).
   int32_t decode_rows_limit_ = std::numeric_limits<int32_t>::max();
   std::atomic<int64_t> graph_bytes_{0};        // measured at each graph instantiation
