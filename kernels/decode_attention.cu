@@ -200,6 +200,20 @@ inline int32_t tc_warps(int32_t num_slices, int32_t max_warps) {
   return (num_slices + splits - 1) / splits;
 }
 
+// cp_async16 where `pred`, as one predicated instruction: a branch around each copy split the
+// early kernel's unrolled copy loops into a block a copy (more instructions, and 169 registers
+// against 164 at head size 128).
+__device__ __forceinline__ void cp_async16_if(bool pred, void* smem, const void* gmem,
+                                              int src_bytes) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %3, 0;\n"
+      "@p cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+      "}\n" ::"r"(smem_addr(smem)),
+      "l"(gmem), "r"(src_bytes), "r"(int(pred)));
+}
+
 // kEarly (an overlapped launch, pdl.cuh): the kernel starts while q and this token's K/V are
 // still being written. The step's metadata (copied before its first kernel) and the keys before
 // this token's own (written by earlier forwards: a decode batch has one query token a sequence)
@@ -238,7 +252,10 @@ __global__ void __launch_bounds__(32 * kDecodeMaxWarps)
   // instruction covers RPI whole rows (LPR lanes of 16 bytes per row, the row shuffled from its
   // key's lane), so a warp reads 2-4 contiguous rows per instruction instead of 32 rows'
   // scattered 16-byte pieces. The copies go straight to shared memory (no registers held, so
-  // more warps fit an SM). `which`: 0 every row, 1 all but the own key's, 2 the own key's only.
+  // more warps fit an SM). `skip`: the copy this lane leaves out (the own key's row in kEarly's
+  // first tile, copied after the wait), -1 for none. The tile loop below is the one place this
+  // runs, so its unrolled copies are in the code once per matrix (at head size 128 six copies of
+  // them made the early kernel's code twice the plain one's).
   auto tile_row = [&](int kt) -> int64_t {
     const int key = kt + lane;
     return key < end ? ((int64_t(pages[key / s.page_size]) * s.num_kv_heads + kvh) * s.page_size +
@@ -246,52 +263,31 @@ __global__ void __launch_bounds__(32 * kDecodeMaxWarps)
                            D
                      : -1;
   };
-  auto copy_rows = [&](int kt, int64_t my_row, __nv_bfloat16(*rows)[D + kTcPad],
-                       const __nv_bfloat16* cache, int which) {
+  auto copy_rows = [&](int64_t my_row, __nv_bfloat16(*rows)[D + kTcPad], const __nv_bfloat16* cache,
+                       int skip) {
 #pragma unroll
     for (int i = 0; i < NI; ++i) {
       const int r = i * RPI + lane / LPR;
       const int64_t row = __shfl_sync(0xffffffffu, my_row, r);
-      const bool own = kt + r == own_key;
-      if (which == 0 || (which == 1) != own) {
-        const int64_t at = (row >= 0 ? row : 0) + (lane % LPR) * 8;
+      const int64_t at = (row >= 0 ? row : 0) + (lane % LPR) * 8;
+      if constexpr (kEarly) {
+        cp_async16_if(i != skip, &rows[r][(lane % LPR) * 8], cache + at, row >= 0 ? 16 : 0);
+      } else {
         cp_async16(&rows[r][(lane % LPR) * 8], cache + at,
                    row >= 0 ? 16 : 0);  // zeros past the end: 0 * V, not NaN
       }
     }
   };
   uint32_t qa[KC][4];
-  bool own_first = false;  // kEarly: the own key's row is in the first tile, copied apart
+  // kEarly: the own key's row is in the first tile, copied apart after the wait.
+  const bool own_first = kEarly && begin <= own_key && own_key < min(end, begin + kTcKeys);
   if constexpr (kEarly) {
-    own_first = begin <= own_key && own_key < min(end, begin + kTcKeys);
-    const int64_t first_row = begin < end ? tile_row(begin) : -1;
-    if (begin < end) {  // K and V as two groups: the scores start once K is in
-      copy_rows(begin, first_row, sm.tile.k, k_cache, own_first ? 1 : 0);
-      cp_async_commit();
-      copy_rows(begin, first_row, sm.tile.v, v_cache, own_first ? 1 : 0);
-      cp_async_commit();
-    }
-    pdl::grid_dependency_wait();
-    // The query rows (the group's heads, G <= 8) as an mma A operand whose rows 8-15 are zero,
-    // loaded straight into the fragment registers (row g: k-steps' features 2 tig, 2 tig + 1 and
-    // 8 more), since the tile's shared memory is taken; only rows 0-7 of the scores and the
-    // output are kept (mma_bf16_rows0_7).
-    const __nv_bfloat16* qrow = q + (int64_t(t) * s.num_heads + kvh * G + g) * D + 2 * tig;
-#pragma unroll
-    for (int kc = 0; kc < KC; ++kc) {
-      qa[kc][0] = g < G ? *reinterpret_cast<const uint32_t*>(qrow + kc * 16) : 0u;
-      qa[kc][1] = 0u;
-      qa[kc][2] = g < G ? *reinterpret_cast<const uint32_t*>(qrow + kc * 16 + 8) : 0u;
-      qa[kc][3] = 0u;
-    }
-    if (own_first) {
-      copy_rows(begin, first_row, sm.tile.k, k_cache, 2);
-      copy_rows(begin, first_row, sm.tile.v, v_cache, 2);
-      cp_async_commit();
-    }
+    if (begin >= end) pdl::grid_dependency_wait();  // an empty slice still writes its state
   } else {
-    // The query rows as above, staged through the tile's shared memory: every load in flight
-    // before the first store, then one ldmatrix a k-step.
+    // The query rows (the group's heads, G <= 8) as an mma A operand whose rows 8-15 are zero,
+    // staged through the tile's shared memory: every load in flight before the first store, then
+    // one ldmatrix a k-step. Only rows 0-7 of the scores and the output are kept
+    // (mma_bf16_rows0_7).
     constexpr int QI = 8 * D8 / 32;
     uint4 qv[QI];
 #pragma unroll
@@ -324,20 +320,40 @@ __global__ void __launch_bounds__(32 * kDecodeMaxWarps)
   for (int n = 0; n < NT; ++n) o[n][0] = o[n][1] = 0.0f;
 
   for (int kt = begin; kt < end; kt += kTcKeys) {
-    if (kEarly && kt == begin) {
-      // The first tile's K, copied above (with the own key's row, the whole tile).
-      if (own_first) {
-        cp_async_wait<0>();
+    const bool early_first = kEarly && kt == begin;  // its copies go before the wait
+    // The own key's row r is copy r / RPI of lanes r % RPI * LPR on.
+    const int own_r = own_key - kt;
+    const int skip = early_first && own_first && lane / LPR == own_r % RPI ? own_r / RPI : -1;
+    const int64_t my_row = tile_row(kt);
+    __syncwarp();  // the previous ldmatrix reads (query or V rows) are done
+    copy_rows(my_row, sm.tile.k, k_cache, skip);
+    cp_async_commit();
+    copy_rows(my_row, sm.tile.v, v_cache, skip);
+    cp_async_commit();
+    if (early_first) {
+      pdl::grid_dependency_wait();
+      // The query rows as above, loaded straight into the fragment registers (row g: k-steps'
+      // features 2 tig, 2 tig + 1 and 8 more), since the tile's shared memory is taken.
+      const __nv_bfloat16* qrow = q + (int64_t(t) * s.num_heads + kvh * G + g) * D + 2 * tig;
+#pragma unroll
+      for (int kc = 0; kc < KC; ++kc) {
+        qa[kc][0] = g < G ? *reinterpret_cast<const uint32_t*>(qrow + kc * 16) : 0u;
+        qa[kc][1] = 0u;
+        qa[kc][2] = g < G ? *reinterpret_cast<const uint32_t*>(qrow + kc * 16 + 8) : 0u;
+        qa[kc][3] = 0u;
+      }
+      if (own_first) {  // the copies left out above
+        const int64_t row = __shfl_sync(0xffffffffu, my_row, own_r) + (lane % LPR) * 8;
+        if (skip >= 0) {
+          cp_async16(&sm.tile.k[own_r][(lane % LPR) * 8], k_cache + row, 16);
+          cp_async16(&sm.tile.v[own_r][(lane % LPR) * 8], v_cache + row, 16);
+        }
+        cp_async_commit();
+        cp_async_wait<0>();  // the whole tile
       } else {
-        cp_async_wait<1>();
+        cp_async_wait<1>();  // K
       }
     } else {
-      const int64_t my_row = tile_row(kt);
-      __syncwarp();  // the previous ldmatrix reads (query or V rows) are done
-      copy_rows(kt, my_row, sm.tile.k, k_cache, 0);
-      cp_async_commit();
-      copy_rows(kt, my_row, sm.tile.v, v_cache, 0);
-      cp_async_commit();
       cp_async_wait<1>();  // K
     }
     __syncwarp();
@@ -439,8 +455,9 @@ void launch_tc(const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_
   const int smem = warps * int(sizeof(TcWarpSmem<D>));
   // Above 48 KB a kernel must opt in (8 warps at D = 128 take 136 KB).
   // The early start at head size 64 only: Qwen2.5-0.5B batch 1 0.658 -> 0.634 ms (bf16, x2
-  // alternated; H200, NOTES.md v20), but at 128 the kernel measured 8.2 -> 11.7 us alone (ncu,
-  // cause not found) and the AWQ 7B's overlapped step 2.048 -> 2.053-2.074 ms.
+  // alternated; H200, NOTES.md v20), but at 128 the kernel measured 8.2 -> 11.7 us alone (ncu)
+  // and the AWQ 7B's overlapped step 2.048 -> 2.053-2.074 ms. Its code was then twice the plain
+  // kernel's (the copy loop unrolled six times); now that it is one loop, not measured again.
   auto* kernel = decode_attention_tc_kernel<D, false>;
   if constexpr (D == 64) {
     if (pdl) kernel = decode_attention_tc_kernel<D, true>;
