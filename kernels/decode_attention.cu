@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 
 #include "cuda_check.cuh"
 #include "mma_sm80.cuh"
@@ -459,9 +460,12 @@ void launch_tc(const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_
   // and the AWQ 7B's overlapped step 2.048 -> 2.053-2.074 ms. Its code was then twice the plain
   // kernel's (the copy loop unrolled six times); now that it is one loop, not measured again.
   auto* kernel = decode_attention_tc_kernel<D, false>;
-  if constexpr (D == 64) {
-    if (pdl) kernel = decode_attention_tc_kernel<D, true>;
-  }
+  // TANDEM_ATTN_EARLY=all: the early start at every head size (sweeps).
+  static const bool early_all = [] {
+    const char* env = std::getenv("TANDEM_ATTN_EARLY");
+    return env != nullptr && std::string(env) == "all";
+  }();
+  if (pdl && (D == 64 || early_all)) kernel = decode_attention_tc_kernel<D, true>;
   TANDEM_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   pdl::launch(pdl, kernel,

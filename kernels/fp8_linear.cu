@@ -5,11 +5,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <type_traits>
 
 #include "block_reduce.cuh"
 #include "cuda_check.cuh"
 #include "fp8_linear.cuh"
 #include "fp8_quant.cuh"
+#include "pdl.cuh"
+#include "silu_mul.cuh"
 
 namespace tandem::kernels {
 namespace {
@@ -40,14 +43,24 @@ __device__ __forceinline__ void e4m3x4_to_float(uint32_t w, float* f) {
 
 constexpr int kQuantThreads = 256;
 
-// One block per token: one scale over the whole row (per-token dynamic or static). The second
-// pass reads the row again from L1/L2.
+// One scale over a token's whole row (per-token dynamic or static). At decode sizes a row's
+// quantization is split over blocks of `slice` 16-byte chunks (blockIdx.x), so the divisions
+// of a long row run on several SMs; each block takes the whole row's amax itself, with
+// kQuantLoads chunks a thread in flight (one round trip for rows up to 32,768 features), and
+// re-reads its slice from L1. One block a row, looping one chunk at a time, took 6.3 us a 7B
+// layer's quantize alone (H200, NOTES.md v21). Prefill-sized inputs keep one block a row
+// (slice = the row): their rows would not stay in L2 for the other blocks' reads.
+constexpr int kQuantLoads = 16;
+constexpr int kQuantSlice = 2 * kQuantThreads;
+
 __global__ void __launch_bounds__(kQuantThreads)
     quantize_rows_kernel(const __nv_bfloat16* __restrict__ x, int32_t k, int32_t groups,
                          const float* __restrict__ static_scale, float scale_ub,
-                         uint8_t* __restrict__ xq, float* __restrict__ x_scale) {
+                         uint8_t* __restrict__ xq, float* __restrict__ x_scale, int32_t slice) {
   __shared__ float scratch[32];
-  const int64_t t = blockIdx.x;
+  pdl::allow_dependents();  // both no-ops on a plain launch
+  pdl::grid_dependency_wait();
+  const int64_t t = blockIdx.y;
   const uint4* x8 = reinterpret_cast<const uint4*>(x + t * k);
   const int k8 = k / 8;
   float scale;
@@ -55,12 +68,26 @@ __global__ void __launch_bounds__(kQuantThreads)
     scale = *static_scale;
   } else {
     float a = 0.0f;
-    for (int c = threadIdx.x; c < k8; c += blockDim.x) a = fmaxf(a, amax8(x8[c]));
+    for (int c0 = threadIdx.x; c0 < k8; c0 += kQuantThreads * kQuantLoads) {
+      uint4 v[kQuantLoads];
+#pragma unroll
+      for (int j = 0; j < kQuantLoads; ++j) {
+        const int c = c0 + j * kQuantThreads;
+        v[j] = c < k8 ? __ldg(x8 + c) : make_uint4(0u, 0u, 0u, 0u);
+      }
+#pragma unroll
+      for (int j = 0; j < kQuantLoads; ++j) a = fmaxf(a, amax8(v[j]));
+    }
     scale = dynamic_scale(block_max(a, scratch), scale_ub);
   }
   uint2* q8 = reinterpret_cast<uint2*>(xq + t * k);
-  for (int c = threadIdx.x; c < k8; c += blockDim.x) q8[c] = quantize8(x8[c], scale);
-  for (int g = threadIdx.x; g < groups; g += blockDim.x) x_scale[t * groups + g] = scale;
+  const int end = min(k8, int(blockIdx.x + 1) * slice);
+  for (int c = blockIdx.x * slice + threadIdx.x; c < end; c += kQuantThreads) {
+    q8[c] = quantize8(x8[c], scale);
+  }
+  if (blockIdx.x == 0) {
+    for (int g = threadIdx.x; g < groups; g += kQuantThreads) x_scale[t * groups + g] = scale;
+  }
 }
 
 // 128-feature groups (block fp8): 16 threads per group, 8 features each; a block covers 16
@@ -72,6 +99,8 @@ __global__ void __launch_bounds__(kQuantThreads)
     quantize_groups_kernel(const __nv_bfloat16* __restrict__ x, int32_t k, int32_t groups,
                            const float* __restrict__ static_scale, uint8_t* __restrict__ xq,
                            float* __restrict__ x_scale) {
+  pdl::allow_dependents();
+  pdl::grid_dependency_wait();
   const int64_t t = blockIdx.y;
   const int g = blockIdx.x * kGroupsPerBlock + threadIdx.x / kGroupThreads;
   const int c = g * kGroupThreads + threadIdx.x % kGroupThreads;  // 8-feature chunk
@@ -140,40 +169,141 @@ struct GemvArgs {
   int32_t group;         // activation features per x_scale entry
   int32_t groups;
   Fp8Matrix w;
-  void* y;
+};
+
+// Which rows a warp computes and where its R finished sums (token t, row r: scaled, fp32) go.
+// `unit` numbers the warps of the grid; row() is -1 past the end, and a warp whose row 0 is
+// past the end has nothing to do.
+template <typename Out>
+struct StoreRows {
+  Out* y;  // row t starts at y + t * ldy
   int32_t ldy;
+  int32_t n;
+  int32_t units(int R) const { return (n + R - 1) / R; }
+  __device__ int row(int unit, int R, int r) const {
+    const int v = unit * R + r;
+    return v < n ? v : -1;
+  }
+  template <int M, int R>
+  __device__ void finish(int unit, const float (&v)[M][R], int lane) const {
+#pragma unroll
+    for (int t = 0; t < M; ++t)
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const int row = unit * R + r;
+        if (lane != t * R + r || row >= n) continue;
+        if constexpr (sizeof(Out) == 4) {
+          y[int64_t(t) * ldy + row] = v[t][r];
+        } else {
+          y[int64_t(t) * ldy + row] = __float2bfloat16_rn(v[t][r]);
+        }
+      }
+  }
+};
+
+__device__ __forceinline__ float bf16_rounded(float v) {
+  return __bfloat162float(__float2bfloat16_rn(v));
+}
+
+// W = gate | up ([2 * width, k]): a warp's rows are R / 2 pairs (gate row j, up row width + j),
+// act[t, j] = silu(gate) · up of the bf16-rounded sums, as the GEMV (bf16 out) and then
+// launch_silu_mul compute it.
+struct SwiGluRows {
+  __nv_bfloat16* act;  // [m, width] out
+  int32_t width;
+  int32_t units(int R) const { return (width + R / 2 - 1) / (R / 2); }
+  __device__ int row(int unit, int R, int r) const {
+    const int j = unit * (R / 2) + r / 2;
+    return j < width ? (r % 2 == 0 ? j : width + j) : -1;
+  }
+  template <int M, int R>
+  __device__ void finish(int unit, const float (&v)[M][R], int lane) const {
+#pragma unroll
+    for (int t = 0; t < M; ++t)
+#pragma unroll
+      for (int p = 0; p < R / 2; ++p) {
+        const int j = unit * (R / 2) + p;
+        if (lane != t * (R / 2) + p || j >= width) continue;
+        act[int64_t(t) * width + j] =
+            __float2bfloat16(silu_times(bf16_rounded(v[t][2 * p]), bf16_rounded(v[t][2 * p + 1])));
+      }
+  }
+};
+
+// W = q | k | v ([(H + 2 KVH) * D, k]): a warp's rows are R / 2 pairs (dims i and i + D/2 of one
+// head), rotated and stored by rope_store_pair from the bf16-rounded sums, as the GEMV (bf16 out)
+// and then launch_rope_kv_write compute it.
+struct RopeRows {
+  RopeKvTarget target;
+  __device__ __host__ int32_t pairs() const {
+    return (target.s.num_heads + 2 * target.s.num_kv_heads) * (target.s.head_dim / 2);
+  }
+  int32_t units(int R) const { return (pairs() + R / 2 - 1) / (R / 2); }
+  __device__ int row(int unit, int R, int r) const {
+    const int j = unit * (R / 2) + r / 2, half = target.s.head_dim / 2;
+    if (j >= pairs()) return -1;
+    return (j / half) * target.s.head_dim + j % half + (r % 2) * half;
+  }
+  template <int M, int R>
+  __device__ void finish(int unit, const float (&v)[M][R], int lane) const {
+    const int half = target.s.head_dim / 2;
+#pragma unroll
+    for (int t = 0; t < M; ++t)
+#pragma unroll
+      for (int p = 0; p < R / 2; ++p) {
+        const int j = unit * (R / 2) + p;
+        if (lane != t * (R / 2) + p || j >= pairs()) continue;
+        rope_store_pair(target, t, j / half, j % half, bf16_rounded(v[t][2 * p]),
+                        bf16_rounded(v[t][2 * p + 1]));
+      }
+  }
 };
 
 // Warp-per-R-rows: each lane converts a 16-feature chunk of every token once and uses it for R
 // weight rows, so m tokens cost m / R activation conversions per weight byte. Segmented: the
 // scales change along k (128 × 128 weight blocks or 128-feature activation groups), so each
 // chunk's partial sum (inside one 128 block, as 16 | 128) is scaled before it is added.
-// U: 16-byte weight loads in flight per lane and row.
-template <int M, int R, int U, bool kSegmented, typename X, typename Out>
-__global__ void __launch_bounds__(kGemvWarps * 32) fp8_gemv_kernel(X x, GemvArgs a) {
+// U: 16-byte weight loads in flight per lane and row. A row's sum runs over the same chunks in
+// the same order whatever R, U or the epilogue, so every form gives the same bits.
+// kPdl (an overlapped launch, pdl.cuh): the first loads are made before the wait.
+template <int M, int R, int U, bool kSegmented, bool kPdl, typename X, typename Epilogue>
+__global__ void __launch_bounds__(kGemvWarps * 32)
+    fp8_gemv_kernel(X x, GemvArgs a, Epilogue epilogue) {
   const int lane = threadIdx.x & 31;
-  const int row0 = (blockIdx.x * kGemvWarps + (threadIdx.x >> 5)) * R;
+  const int unit = blockIdx.x * kGemvWarps + (threadIdx.x >> 5);
   const Fp8Matrix& w = a.w;
-  if (row0 >= w.n) return;
+  int rows[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) rows[r] = epilogue.row(unit, R, r);
+  if (rows[0] < 0) return;  // (an exit counts as the trigger)
+#pragma unroll
+  for (int r = 0; r < R; ++r) rows[r] = rows[r] < 0 ? rows[0] : rows[r];  // loaded, never stored
   const int k16 = w.k / 16;
   const int block_cols = (w.k + kFp8Block - 1) / kFp8Block;
   const uint4* wr[R];
 #pragma unroll
   for (int r = 0; r < R; ++r)
-    wr[r] = reinterpret_cast<const uint4*>(w.weight + int64_t(min(row0 + r, w.n - 1)) * w.k);
+    wr[r] = reinterpret_cast<const uint4*>(w.weight + int64_t(rows[r]) * w.k);
   float acc[M][R];
 #pragma unroll
   for (int t = 0; t < M; ++t)
 #pragma unroll
     for (int r = 0; r < R; ++r) acc[t][r] = 0.0f;
 
-  for (int c0 = lane; c0 < k16; c0 += 32 * U) {
-    uint4 wv[U][R];
+  uint4 wv[U][R];
+  auto load = [&](int c0) {
 #pragma unroll
     for (int u = 0; u < U; ++u)
 #pragma unroll
       for (int r = 0; r < R; ++r)
         wv[u][r] = c0 + 32 * u < k16 ? __ldcs(wr[r] + c0 + 32 * u) : make_uint4(0u, 0u, 0u, 0u);
+  };
+  if constexpr (kPdl) {
+    load(lane);
+    pdl::grid_dependency_wait();
+  }
+  for (int c0 = lane; c0 < k16; c0 += 32 * U) {
+    if (!kPdl || c0 != lane) load(c0);
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int c = c0 + 32 * u;
@@ -204,10 +334,9 @@ __global__ void __launch_bounds__(kGemvWarps * 32) fp8_gemv_kernel(X x, GemvArgs
         const int feature = c * 16;
 #pragma unroll
         for (int r = 0; r < R; ++r) {
-          const int row = min(row0 + r, w.n - 1);
           const float ws =
-              w.block ? __ldg(w.scale + (row / kFp8Block) * block_cols + feature / kFp8Block)
-                      : __ldg(w.scale + row);
+              w.block ? __ldg(w.scale + (rows[r] / kFp8Block) * block_cols + feature / kFp8Block)
+                      : __ldg(w.scale + rows[r]);
 #pragma unroll
           for (int t = 0; t < M; ++t) {
             const float xs = a.x_scale ? __ldg(a.x_scale + t * a.groups + feature / a.group) : 1.0f;
@@ -222,50 +351,54 @@ __global__ void __launch_bounds__(kGemvWarps * 32) fp8_gemv_kernel(X x, GemvArgs
       }
     }
   }
-  Out* y = static_cast<Out*>(a.y);
+  // The successor may launch once every block is past its loop, not at its start: this grid
+  // holds many waves of small blocks, and a successor launched early let the kernel after it
+  // launch too, whose blocks then sat on the SMs this grid's later waves needed (FP8 7B batch 1
+  // 2.99 ms against 2.69 with this trigger, 2.77 without overlap; H200, NOTES.md v21).
+  if constexpr (kPdl) pdl::allow_dependents();
+  float v[M][R];
 #pragma unroll
-  for (int t = 0; t < M; ++t) {
+  for (int t = 0; t < M; ++t)
 #pragma unroll
     for (int r = 0; r < R; ++r) {
-      const float v = warp_sum(acc[t][r]);
-      const int row = row0 + r;
-      if (lane == t * R + r && row < w.n) {
-        float out = v;
-        if constexpr (!kSegmented) {
-          const float xs = a.x_scale ? a.x_scale[t * a.groups] : 1.0f;
-          out = v * (xs * w.scale[row]);
-        }
-        if constexpr (sizeof(Out) == 4) {
-          y[int64_t(t) * a.ldy + row] = out;
-        } else {
-          y[int64_t(t) * a.ldy + row] = __float2bfloat16_rn(out);
-        }
+      v[t][r] = warp_sum(acc[t][r]);
+      if constexpr (!kSegmented) {
+        const float xs = a.x_scale ? a.x_scale[t * a.groups] : 1.0f;
+        v[t][r] = v[t][r] * (xs * w.scale[rows[r]]);
       }
     }
-  }
+  epilogue.template finish<M, R>(unit, v, lane);
 }
 
-template <int M, int R, int U, typename X, typename Out>
-void launch_rows_u(X x, const GemvArgs& a, bool segmented, cudaStream_t stream) {
+template <int M, int R, int U, typename X, typename Epilogue>
+void launch_rows_u(X x, const GemvArgs& a, const Epilogue& e, bool segmented, bool pdl,
+                   cudaStream_t stream) {
   static_assert(M * R <= 32, "one lane stores each (token, row)");
-  const int rows_per_block = kGemvWarps * R;
-  const int blocks = (a.w.n + rows_per_block - 1) / rows_per_block;
+  const int blocks = (e.units(R) + kGemvWarps - 1) / kGemvWarps;
+  auto go = [&](auto seg, auto overlap) {
+    pdl::launch(
+        overlap.value,
+        fp8_gemv_kernel<M, R, U, decltype(seg)::value, decltype(overlap)::value, X, Epilogue>,
+        blocks, kGemvWarps * 32, 0, stream, x, a, e);
+  };
+  using T = std::true_type;
+  using F = std::false_type;
   if (segmented) {
-    fp8_gemv_kernel<M, R, U, true, X, Out><<<blocks, kGemvWarps * 32, 0, stream>>>(x, a);
+    pdl ? go(T{}, T{}) : go(T{}, F{});
   } else {
-    fp8_gemv_kernel<M, R, U, false, X, Out><<<blocks, kGemvWarps * 32, 0, stream>>>(x, a);
+    pdl ? go(F{}, T{}) : go(F{}, F{});
   }
 }
 
-// TANDEM_FP8_UNROLL=2|4|8 forces the loads in flight at 1-2 tokens, for sweeps; anything else
-// set there aborts naming it. Unset: 0 (the rule in launch_rows).
+// TANDEM_FP8_UNROLL=1|2|4|8 forces the loads in flight at 1-2 tokens, for sweeps; anything else
+// set there aborts naming it. Unset: 0 (the rules in launch_rows).
 int forced_unroll() {
   static const int u = [] {
     const char* env = std::getenv("TANDEM_FP8_UNROLL");
     if (env == nullptr) return 0;
     const std::string v(env);
-    if (v != "2" && v != "4" && v != "8") {
-      std::fprintf(stderr, "TANDEM_FP8_UNROLL=%s: expected 2, 4 or 8\n", env);
+    if (v != "1" && v != "2" && v != "4" && v != "8") {
+      std::fprintf(stderr, "TANDEM_FP8_UNROLL=%s: expected 1, 2, 4 or 8\n", env);
       std::abort();
     }
     return std::stoi(v);
@@ -273,45 +406,59 @@ int forced_unroll() {
   return u;
 }
 
-template <int M, int R, typename X, typename Out>
-void launch_rows(X x, const GemvArgs& a, bool segmented, cudaStream_t stream) {
+template <typename Epilogue>
+constexpr bool kPairs = !std::is_same_v<Epilogue, StoreRows<float>> &&
+                        !std::is_same_v<Epilogue, StoreRows<__nv_bfloat16>>;
+
+template <int M, int R, typename X, typename Epilogue>
+void launch_rows(X x, const GemvArgs& a, const Epilogue& e, bool segmented, bool pdl,
+                 cudaStream_t stream) {
   if constexpr (M <= 2) {
     // Four loads in flight a lane instead of two where it measured faster (H200, 7B shapes,
     // NOTES.md v13): at two tokens, Linears of few rows (q|k|v, o, down: 85.3 -> 80.7 us a
     // layer; FP8 7B batch 2 3.26 -> 3.14 ms), and block-scaled long rows (down_proj, k =
     // 18,944: 31.4 -> 27.0 us at one token). Elsewhere two were as fast or faster (gate|up,
     // channel-scaled rows at one token), and eight were slower everywhere.
+    // The paired forms at one token hold two rows a warp: one load a row keeps the warp's two.
     const bool four = (M == 2 && a.w.n <= 8192) || (segmented && a.w.k >= 8192);
-    const int u = forced_unroll() != 0 ? forced_unroll() : four ? 4 : kUnroll;
-    if (u == 8) return launch_rows_u<M, R, 8, X, Out>(x, a, segmented, stream);
-    if (u == 4) return launch_rows_u<M, R, 4, X, Out>(x, a, segmented, stream);
+    const int rule = kPairs<Epilogue> && M == 1 && !four ? 1 : four ? 4 : kUnroll;
+    const int u = forced_unroll() != 0 ? forced_unroll() : rule;
+    if (u == 8) return launch_rows_u<M, R, 8, X>(x, a, e, segmented, pdl, stream);
+    if (u == 4) return launch_rows_u<M, R, 4, X>(x, a, e, segmented, pdl, stream);
+    if (u == 1) return launch_rows_u<M, R, 1, X>(x, a, e, segmented, pdl, stream);
   }
-  launch_rows_u<M, R, kUnroll, X, Out>(x, a, segmented, stream);
+  launch_rows_u<M, R, kUnroll, X>(x, a, e, segmented, pdl, stream);
 }
 
 // Rows per warp by token count: one row at m = 1 (the most warps in flight), more as the
-// activation conversions per weight byte grow with m.
-template <int M>
+// activation conversions per weight byte grow with m. The paired epilogues take pairs: one at
+// m <= 3, two from 4.
+template <int M, bool kPaired>
 constexpr int rows_per_warp() {
+  if constexpr (kPaired) return M <= 3 ? 2 : 4;
   return M == 1 ? 1 : M <= 3 ? 2 : 4;
 }
 
-template <typename X, typename Out, int M = 1>
-void dispatch_gemv(X x, const GemvArgs& a, int32_t m, bool segmented, cudaStream_t stream) {
+template <typename X, typename Epilogue, int M = 1>
+void dispatch_gemv(X x, const GemvArgs& a, const Epilogue& e, int32_t m, bool segmented, bool pdl,
+                   cudaStream_t stream) {
   if constexpr (M < kFp8GemvMaxTokens) {
-    if (m != M) return dispatch_gemv<X, Out, M + 1>(x, a, m, segmented, stream);
+    if (m != M) return dispatch_gemv<X, Epilogue, M + 1>(x, a, e, m, segmented, pdl, stream);
   }
-  launch_rows<M, rows_per_warp<M>(), X, Out>(x, a, segmented, stream);
+  launch_rows<M, rows_per_warp<M, kPairs<Epilogue>>()>(x, a, e, segmented, pdl, stream);
+  TANDEM_CUDA_CHECK_LAUNCH();
 }
 
 template <typename X>
-void gemv(X x, const GemvArgs& a, int32_t m, bool segmented, bool out_f32, cudaStream_t stream) {
+void gemv(X x, const GemvArgs& a, int32_t m, bool segmented, void* y, int32_t ldy, bool out_f32,
+          bool pdl, cudaStream_t stream) {
   if (out_f32) {
-    dispatch_gemv<X, float>(x, a, m, segmented, stream);
+    const StoreRows<float> e{static_cast<float*>(y), ldy, a.w.n};
+    dispatch_gemv(x, a, e, m, segmented, pdl, stream);
   } else {
-    dispatch_gemv<X, __nv_bfloat16>(x, a, m, segmented, stream);
+    const StoreRows<__nv_bfloat16> e{static_cast<__nv_bfloat16*>(y), ldy, a.w.n};
+    dispatch_gemv(x, a, e, m, segmented, pdl, stream);
   }
-  TANDEM_CUDA_CHECK_LAUNCH();
 }
 
 [[noreturn]] void refuse(const char* what, int32_t m, int32_t k, int32_t group) {
@@ -354,38 +501,69 @@ __global__ void dequant_kernel(Fp8Matrix w, __nv_bfloat16* __restrict__ out) {
 
 void launch_fp8_quantize(const __nv_bfloat16* x, int32_t m, int32_t k, int32_t group,
                          const float* static_scale, float scale_ub, uint8_t* xq, float* x_scale,
-                         cudaStream_t stream) {
+                         cudaStream_t stream, bool pdl) {
   if (m == 0) return;
   if (k % 16 != 0 || group <= 0 || (group < k && group != kFp8Block)) {
     refuse("fp8_quantize", m, k, group);
   }
   const int32_t groups = (k + group - 1) / group;
   if (group >= k || static_scale != nullptr) {
-    quantize_rows_kernel<<<m, kQuantThreads, 0, stream>>>(x, k, groups, static_scale, scale_ub, xq,
-                                                          x_scale);
+    const int32_t slice = m <= kFp8GemvMaxTokens ? kQuantSlice : k / 8;
+    const dim3 grid((k / 8 + slice - 1) / slice, m);
+    pdl::launch(pdl, quantize_rows_kernel, grid, kQuantThreads, 0, stream, x, k, groups,
+                static_scale, scale_ub, xq, x_scale, slice);
   } else {
     // fp8_activations.cc applies no upper bound to per-token-group scales.
     const dim3 grid((groups + kGroupsPerBlock - 1) / kGroupsPerBlock, m);
-    quantize_groups_kernel<<<grid, kQuantThreads, 0, stream>>>(x, k, groups, nullptr, xq, x_scale);
+    pdl::launch(pdl, quantize_groups_kernel, grid, kQuantThreads, 0, stream, x, k, groups,
+                static_cast<const float*>(nullptr), xq, x_scale);
   }
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 
-void launch_fp8_gemv(const uint8_t* xq, const float* x_scale, int32_t group, const Fp8Matrix& w,
-                     int32_t m, void* y, int32_t ldy, bool out_f32, cudaStream_t stream) {
+// The W8A8 decode GEMV's arguments after the checks every form shares.
+GemvArgs w8a8_args(const char* what, const float* x_scale, int32_t group, const Fp8Matrix& w,
+                   int32_t m) {
   if (m < 1 || m > kFp8GemvMaxTokens || w.k % 16 != 0 || group <= 0 ||
       (group < w.k && group != kFp8Block)) {
-    refuse("fp8_gemv", m, w.k, group);
+    refuse(what, m, w.k, group);
   }
-  const GemvArgs a{x_scale, group, (w.k + group - 1) / group, w, y, ldy};
-  gemv(E4m3Activations{xq, w.k}, a, m, w.block || group < w.k, out_f32, stream);
+  return GemvArgs{x_scale, group, (w.k + group - 1) / group, w};
+}
+
+void launch_fp8_gemv(const uint8_t* xq, const float* x_scale, int32_t group, const Fp8Matrix& w,
+                     int32_t m, void* y, int32_t ldy, bool out_f32, cudaStream_t stream, bool pdl) {
+  const GemvArgs a = w8a8_args("fp8_gemv", x_scale, group, w, m);
+  gemv(E4m3Activations{xq, w.k}, a, m, w.block || group < w.k, y, ldy, out_f32, pdl, stream);
+}
+
+void launch_fp8_gemv_swiglu(const uint8_t* xq, const float* x_scale, int32_t group,
+                            const Fp8Matrix& w, int32_t m, __nv_bfloat16* act, cudaStream_t stream,
+                            bool pdl) {
+  const GemvArgs a = w8a8_args("fp8_gemv_swiglu", x_scale, group, w, m);
+  if (w.n % 2 != 0) refuse("fp8_gemv_swiglu: odd rows", m, w.k, group);
+  dispatch_gemv(E4m3Activations{xq, w.k}, a, SwiGluRows{act, w.n / 2}, m, w.block || group < w.k,
+                pdl, stream);
+}
+
+bool fp8_qkv_rope_fuses(const Fp8Matrix& w, int32_t m, const RopeKvShape& s) {
+  return m >= 1 && m <= kFp8GemvMaxTokens && s.num_tokens == m && s.head_dim % 2 == 0 &&
+         w.n == (s.num_heads + 2 * s.num_kv_heads) * s.head_dim;
+}
+
+void launch_fp8_qkv_rope_gemv(const uint8_t* xq, const float* x_scale, int32_t group,
+                              const Fp8Matrix& w, int32_t m, const RopeKvTarget& out,
+                              cudaStream_t stream, bool pdl) {
+  const GemvArgs a = w8a8_args("fp8_qkv_rope_gemv", x_scale, group, w, m);
+  if (!fp8_qkv_rope_fuses(w, m, out.s)) refuse("fp8_qkv_rope_gemv: shape", m, w.k, group);
+  dispatch_gemv(E4m3Activations{xq, w.k}, a, RopeRows{out}, m, w.block || group < w.k, pdl, stream);
 }
 
 void launch_fp8_gemv_a16(const __nv_bfloat16* x, const Fp8Matrix& w, int32_t m, void* y,
                          int32_t ldy, bool out_f32, cudaStream_t stream) {
   if (m < 1 || m > kFp8GemvMaxTokens || w.k % 16 != 0) refuse("fp8_gemv_a16", m, w.k, 0);
-  const GemvArgs a{nullptr, w.k, 1, w, y, ldy};
-  gemv(Bf16Activations{x, w.k}, a, m, w.block, out_f32, stream);
+  const GemvArgs a{nullptr, w.k, 1, w};
+  gemv(Bf16Activations{x, w.k}, a, m, w.block, y, ldy, out_f32, /*pdl=*/false, stream);
 }
 
 void launch_fp8_dequant(const Fp8Matrix& w, __nv_bfloat16* out, cudaStream_t stream) {

@@ -14,6 +14,8 @@
 
 #include <cstdint>
 
+#include "rope_kv.cuh"
+
 namespace tandem::kernels {
 
 constexpr int32_t kFp8Block = 128;  // block fp8: weight blocks and activation groups
@@ -34,7 +36,8 @@ void launch_fp8_quantize(const __nv_bfloat16* x,  // [m, k] in
                          float scale_ub,
                          uint8_t* xq,     // [m, k] out
                          float* x_scale,  // [m, ceil(k / group)] out
-                         cudaStream_t stream);
+                         cudaStream_t stream,
+                         bool pdl = false);  // may overlap the launch before (pdl.cuh, sm_90+)
 
 // Up to a k = 7 speculative verify of one sequence: at 5 rows the cuBLASLt FP8 GEMM took
 // 5.6 ms a Qwen2.5-7B verify on the H200 against 3.3 ms for a decode step.
@@ -42,8 +45,25 @@ constexpr int32_t kFp8GemvMaxTokens = 8;
 
 // W8A8 decode: 1 <= m <= kFp8GemvMaxTokens; `group` as in launch_fp8_quantize. y row t starts
 // at y + t * ldy, bf16 or fp32.
+// pdl: may overlap the launch before (pdl.cuh, sm_90+; its first weight loads before the wait).
 void launch_fp8_gemv(const uint8_t* xq, const float* x_scale, int32_t group, const Fp8Matrix& w,
-                     int32_t m, void* y, int32_t ldy, bool out_f32, cudaStream_t stream);
+                     int32_t m, void* y, int32_t ldy, bool out_f32, cudaStream_t stream,
+                     bool pdl = false);
+
+// The same GEMV for W = gate | up ([2 * width, k]) with the SwiGLU in its epilogue:
+// act[t, j] = silu(gate) · up, the same bits as launch_fp8_gemv (bf16 out) then launch_silu_mul.
+void launch_fp8_gemv_swiglu(const uint8_t* xq, const float* x_scale, int32_t group,
+                            const Fp8Matrix& w, int32_t m,
+                            __nv_bfloat16* act,  // [m, width] out
+                            cudaStream_t stream, bool pdl = false);
+
+// The same GEMV for W = q | k | v with RoPE and the K/V page write in its epilogue: the same bits
+// as launch_fp8_gemv (bf16 out) then launch_rope_kv_write. fp8_qkv_rope_fuses: whether the shape
+// takes it (m tokens, an even head size, W's rows the heads').
+bool fp8_qkv_rope_fuses(const Fp8Matrix& w, int32_t m, const RopeKvShape& s);
+void launch_fp8_qkv_rope_gemv(const uint8_t* xq, const float* x_scale, int32_t group,
+                              const Fp8Matrix& w, int32_t m, const RopeKvTarget& out,
+                              cudaStream_t stream, bool pdl = false);
 
 // W8A16 decode: bf16 activations, 1 <= m <= kFp8GemvMaxTokens.
 void launch_fp8_gemv_a16(const __nv_bfloat16* x, const Fp8Matrix& w, int32_t m, void* y,

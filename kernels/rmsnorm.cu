@@ -126,11 +126,11 @@ void launch_rows(const char* what, int32_t width, Launch&& launch) {
 
 void launch_add_rmsnorm_fp8(float* residual, const __nv_bfloat16* delta, const float* weight,
                             int32_t rows, int32_t width, float eps, __nv_bfloat16* out,
-                            const Fp8RowQuant& quant, cudaStream_t stream) {
+                            const Fp8RowQuant& quant, cudaStream_t stream, bool pdl) {
   if (rows == 0) return;
   launch_rows("add_rmsnorm_fp8", width, [&](auto per_thread, int threads) {
-    add_rmsnorm_fp8_kernel<decltype(per_thread)::value>
-        <<<rows, threads, 0, stream>>>(residual, delta, weight, width, eps, out, quant);
+    pdl::launch(pdl, add_rmsnorm_fp8_kernel<decltype(per_thread)::value>, rows, threads, 0, stream,
+                residual, delta, weight, width, eps, out, quant);
   });
 }
 

@@ -32,6 +32,7 @@ struct Fp8RowQuant {
 // residual get launch_add_rmsnorm's bits and `quant` launch_fp8_quantize's on that `out`.
 void launch_add_rmsnorm_fp8(float* residual, const __nv_bfloat16* delta, const float* weight,
                             int32_t rows, int32_t width, float eps, __nv_bfloat16* out,
-                            const Fp8RowQuant& quant, cudaStream_t stream);
+                            const Fp8RowQuant& quant, cudaStream_t stream,
+                            bool pdl = false);  // may overlap the launch before (pdl.cuh)
 
 }  // namespace tandem::kernels

@@ -12,6 +12,8 @@
 #include "gpu_test_util.h"
 #include "kernels/fp8_linear.cuh"
 #include "kernels/rmsnorm.cuh"
+#include "kernels/rope_kv.cuh"
+#include "kernels/silu_mul.cuh"
 #include "model/dequant.h"
 #include "model/device_quant_layout.h"
 #include "model/quant_pack.h"
@@ -486,4 +488,144 @@ TEST_CASE("Fp8GemmContext: channel and block scales, m in {5, 17, 64, 300}, agai
   ctx.prefer_unit_scales(false);
   CHECK(!ctx.supports(300, 1040, true));  // block fp8 wants whole 128-feature blocks here
   CHECK(!ctx.supports(300, 1024, true));  // and whole 128-row weight blocks (H200, cuBLASLt 13)
+}
+
+// The fused epilogues of the W8A8 GEMV (SwiGLU; RoPE with the K/V page write) against the GEMV
+// (bf16 out) then launch_silu_mul / launch_rope_kv_write: the same bits, since each row's sum
+// runs over the same chunks in the same order however many rows a warp holds. Each form also
+// runs overlapped (pdl.cuh) on a stream after the quantize kernel that writes its input, itself
+// overlapped: a read on the wrong side of a wait sees the poisoned xq and differs.
+namespace {
+
+// The kernel-side input: xq / x_scale from launch_fp8_quantize on `x`, optionally overlapped
+// on `stream` after poisoning them (so a premature read differs).
+void quantize_on(const Dev<__nv_bfloat16>& x, int m, int k, int group, Dev<uint8_t>& xq,
+                 Dev<float>& xs, bool pdl, cudaStream_t stream) {
+  xq.poison();
+  xs.poison();
+  kernels::launch_fp8_quantize(x.p, m, k, group, nullptr, 0.0f, xq.p, xs.p, stream, pdl);
+}
+
+}  // namespace
+
+TEST_CASE("fp8 gemv fused epilogues (SwiGLU, RoPE) equal the gemv then silu_mul / rope_kv_write") {
+  cudaStream_t stream = nullptr;
+  TANDEM_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  uint32_t seed = 900;
+  SUBCASE("SwiGLU") {
+    // Qwen2.5-0.5B's gate|up rows over a short k, an odd width, and the 7B's 18,944 over 3,584.
+    for (auto [width, k] : {std::pair{4864, 272}, std::pair{37, 1040}, std::pair{18944, 3584}}) {
+      for (bool block : {false, true}) {
+        const Weight w = make_weight(2 * width, k, block, seed++);
+        Dev<uint8_t> wq(w.q);
+        Dev<float> ws(w.scale);
+        const kernels::Fp8Matrix wm = matrix(w, wq, ws);
+        const int group = block ? kBlock : k;
+        for (int m : {1, 2, 3, 4, 8}) {
+          CAPTURE(width);
+          CAPTURE(block);
+          CAPTURE(m);
+          const Dev<__nv_bfloat16> x(activations(m, k, seed++, -1));
+          Dev<uint8_t> xq(size_t(m) * k);
+          Dev<float> xs(size_t(m) * ceil_div(k, kBlock));
+          Dev<__nv_bfloat16> gu(size_t(m) * 2 * width), ref(size_t(m) * width);
+          quantize_on(x, m, k, group, xq, xs, false, nullptr);
+          kernels::launch_fp8_gemv(xq.p, xs.p, group, wm, m, gu.p, 2 * width, false, nullptr);
+          kernels::launch_silu_mul(gu.p, m, width, ref.p, nullptr);
+          const auto want = ref.get<uint16_t>();
+          for (bool pdl : {false, true}) {
+            CAPTURE(pdl);
+            Dev<__nv_bfloat16> act(size_t(m) * width);
+            act.poison();
+            quantize_on(x, m, k, group, xq, xs, pdl, stream);
+            kernels::launch_fp8_gemv_swiglu(xq.p, xs.p, group, wm, m, act.p, stream, pdl);
+            TANDEM_CUDA_CHECK(cudaStreamSynchronize(stream));
+            CHECK((act.get<uint16_t>() == want));
+          }
+          int nonzero = 0;  // not vacuous
+          for (uint16_t v : want) nonzero += (v & 0x7fffu) != 0;
+          CHECK(nonzero > int(want.size()) / 2);
+        }
+      }
+    }
+  }
+  SUBCASE("RoPE") {
+    struct Case {
+      int heads, kv_heads, dim, page_size, k;
+    };
+    for (const Case& c :
+         {Case{14, 2, 64, 1, 896}, Case{28, 4, 128, 16, 3584}, Case{4, 2, 32, 16, 272}}) {
+      const int H = c.heads, KVH = c.kv_heads, D = c.dim, P = c.page_size;
+      const int W = (H + 2 * KVH) * D;
+      std::vector<float> inv(size_t(D / 2));
+      for (int i = 0; i < D / 2; ++i) inv[size_t(i)] = 1.0f / std::pow(1e6f, float(2 * i) / D);
+      std::vector<float> bias(static_cast<size_t>(W));
+      for (int i = 0; i < W; ++i) bias[size_t(i)] = float((i * 7919) % 101) / 100.0f - 0.5f;
+      const Dev<float> dinv(inv), dbias(bias);
+      for (bool block : {false, true}) {
+        const Weight w = make_weight(W, c.k, block, seed++);
+        Dev<uint8_t> wq(w.q);
+        Dev<float> ws(w.scale);
+        const kernels::Fp8Matrix wm = matrix(w, wq, ws);
+        const int group = block ? kBlock : c.k;
+        for (int m : {1, 3, 8}) {
+          CAPTURE(D);
+          CAPTURE(block);
+          CAPTURE(m);
+          const int num_pages = 2 * m + 3;
+          std::vector<int32_t> positions, slots;
+          for (int t = 0; t < m; ++t) {
+            positions.push_back(37 * t + 5);
+            slots.push_back((t * 5 + 3) % (num_pages * P));
+          }
+          const Dev<int32_t> dpos(positions), dslots(slots);
+          const kernels::RopeKvShape shape{m, H, KVH, D, P};
+          REQUIRE(kernels::fp8_qkv_rope_fuses(wm, m, shape));
+          const Dev<__nv_bfloat16> x(activations(m, c.k, seed++, -1));
+          Dev<uint8_t> xq(size_t(m) * c.k);
+          Dev<float> xs(size_t(m) * ceil_div(c.k, kBlock));
+          struct Out {
+            std::vector<uint16_t> q, k, v;
+          };
+          auto run = [&](bool fused, bool pdl) {
+            const size_t cache = size_t(num_pages) * KVH * P * D;
+            Dev<__nv_bfloat16> q(size_t(m) * H * D), kc(cache), vc(cache), qkv(size_t(m) * W);
+            q.poison();
+            kc.poison();
+            vc.poison();
+            const kernels::RopeKvTarget out{dbias.p, dpos.p, dslots.p, dinv.p,
+                                            shape,   q.p,    kc.p,     vc.p};
+            cudaStream_t s = pdl ? stream : nullptr;
+            quantize_on(x, m, c.k, group, xq, xs, pdl, s);
+            if (fused) {
+              kernels::launch_fp8_qkv_rope_gemv(xq.p, xs.p, group, wm, m, out, s, pdl);
+            } else {
+              kernels::launch_fp8_gemv(xq.p, xs.p, group, wm, m, qkv.p, W, false, s);
+              kernels::launch_rope_kv_write(qkv.p, dbias.p, dpos.p, dslots.p, dinv.p, shape, q.p,
+                                            kc.p, vc.p, s);
+            }
+            TANDEM_CUDA_CHECK(cudaStreamSynchronize(s));
+            return Out{q.get<uint16_t>(), kc.get<uint16_t>(), vc.get<uint16_t>()};
+          };
+          const Out ref = run(false, false);
+          for (bool pdl : {false, true}) {
+            CAPTURE(pdl);
+            const Out got = run(true, pdl);
+            CHECK((got.q == ref.q));
+            CHECK((got.k == ref.k));
+            CHECK((got.v == ref.v));
+          }
+          // Not vacuous: every q and each token's K and V rows were written (poison is 0xffff).
+          int unwritten = 0;
+          for (uint16_t v : ref.q) unwritten += v == 0xffffu;
+          for (int t = 0; t < m; ++t) {
+            const size_t at = size_t(slots[size_t(t)] / P * KVH * P + slots[size_t(t)] % P) * D;
+            unwritten += ref.k[at] == 0xffffu || ref.v[at + D - 1] == 0xffffu;
+          }
+          CHECK(unwritten == 0);
+        }
+      }
+    }
+  }
+  TANDEM_CUDA_CHECK(cudaStreamDestroy(stream));
 }

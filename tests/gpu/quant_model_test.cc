@@ -136,17 +136,19 @@ TEST_CASE("--quantization fp8 at load") {
 // side shows up as logits that differ from the plain launches' (graphs and eager, reruns).
 namespace {
 
-// An AWQ small-qwen in a scratch directory, and the device's compute capability major.
-struct AwqModel {
+// A quantized small-qwen in a scratch directory (mkmodel --quantization), and the device's
+// compute capability major.
+struct QuantModel {
   testing::ScratchDir dir;
   std::unique_ptr<ModelDir> model;
   int major = 0;
-  AwqModel(const std::string& name, uint32_t seed) : dir(name) {
+  QuantModel(const std::string& name, uint32_t seed, const std::string& quantization = "awq")
+      : dir(name) {
     MkModelOptions mk;
     mk.preset = "small-qwen";
     mk.out_dir = dir.path.string();
     mk.seed = seed;
-    mk.quantization = "awq";
+    mk.quantization = quantization;
     Status st = make_model(mk);
     REQUIRE_MESSAGE(st.ok(), (st.ok() ? "" : st.error().to_string()));
     auto loaded = load_model_dir(dir.path.string());
@@ -177,7 +179,7 @@ std::vector<float> greedy_logits(ModelRunner& runner, std::vector<int32_t>* pick
 }  // namespace
 
 TEST_CASE("awq: overlapped int4 decode launches give the plain launches' bits") {
-  const AwqModel awq("gpu-quant-awq-overlap", 23);
+  const QuantModel awq("gpu-quant-awq-overlap", 23);
   auto run = [&](bool overlap, bool graphs) {
     auto runner = make(*awq.model, "cuda:0", "");
     auto* cuda = dynamic_cast<CudaRunner*>(runner.get());
@@ -193,11 +195,35 @@ TEST_CASE("awq: overlapped int4 decode launches give the plain launches' bits") 
   gpu_test::check_overlap_bits(run);
 }
 
+// W8A8 decode steps overlap their launches too (CudaRunner::overlaps_fp8_launches): the norm
+// that quantizes, the quantize kernels, the FP8 GEMVs (plain, SwiGLU and RoPE epilogues) and
+// attention. Per-token scales (the norm quantizes), static ones, and block fp8's 128-feature
+// groups (a quantize launch before each GEMV).
+TEST_CASE("fp8: overlapped W8A8 decode launches give the plain launches' bits") {
+  for (const char* format : {"fp8-channel", "fp8", "fp8-block"}) {
+    CAPTURE(format);
+    const QuantModel fp8(std::string("gpu-quant-overlap-") + format, 31, format);
+    auto run = [&](bool overlap, bool graphs) {
+      auto runner = make(*fp8.model, "cuda:0", "");
+      auto* cuda = dynamic_cast<CudaRunner*>(runner.get());
+      REQUIRE(cuda != nullptr);
+      cuda->set_use_graphs(graphs);
+      cuda->set_overlap_launches(overlap);
+      CHECK(cuda->overlaps_fp8_launches(1, 1) == (overlap && fp8.major >= 9));
+      CHECK_FALSE(cuda->overlaps_fp8_launches(3, 1));  // one token only
+      CHECK_FALSE(cuda->overlaps_fp8_launches(1, 0));
+      CHECK_FALSE(cuda->overlaps_int4_launches(1, 1));
+      return greedy_logits(*runner);
+    };
+    gpu_test::check_overlap_bits(run);
+  }
+}
+
 // One-token int4 steps fold the RMSNorms into the GEMVs (CudaRunner::folds_int4_norms): the
 // norm's sum of squares runs in another order, so the logits are near the unfolded steps', not
 // equal; the greedy tokens are the same. Checked overlapped and not, graphs and eager.
 TEST_CASE("awq: one-token steps with the norms folded into the int4 gemvs") {
-  const AwqModel awq("gpu-quant-awq-fold", 29);
+  const QuantModel awq("gpu-quant-awq-fold", 29);
   for (bool overlap : {false, true}) {
     for (bool graphs : {true, false}) {
       CAPTURE(overlap);

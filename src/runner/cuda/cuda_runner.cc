@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "core/check.h"
@@ -10,6 +11,7 @@
 #include "kernels/cuda_check.cuh"
 #include "kernels/decode_attention.cuh"
 #include "kernels/embedding.cuh"
+#include "kernels/fp8_linear.cuh"
 #include "kernels/gemm_skinny.cuh"
 #include "kernels/gemv.cuh"
 #include "kernels/int4_linear.cuh"
@@ -127,6 +129,9 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig& config
   int major = 0;
   TANDEM_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, r->device_));
   r->overlap_capable_ = major >= 9;  // programmatic dependent launch (kernels/pdl.cuh)
+  // A/B switch for benchmarks: TANDEM_OVERLAP=0 launches every kernel plainly.
+  const char* overlap_env = std::getenv("TANDEM_OVERLAP");
+  if (overlap_env != nullptr && std::strcmp(overlap_env, "0") == 0) r->overlap_launches_ = false;
   r->bf16_linears_ =
       std::all_of(r->weights_.layers.begin(), r->weights_.layers.end(), [](const DeviceLayer& l) {
         return l.qkv.bf16() != nullptr && l.o.bf16() != nullptr && l.gate_up.bf16() != nullptr &&
@@ -139,6 +144,15 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig& config
                single_int4_matrix(l.gate_up, &unused) && single_int4_matrix(l.down, &unused);
       });
   r->int4_fold_capable_ = r->int4_linears_ && r->int4_fold_layers();
+  r->w8a8_linears_ =
+      std::all_of(r->weights_.layers.begin(), r->weights_.layers.end(), [](const DeviceLayer& l) {
+        kernels::Fp8Matrix unused;
+        int32_t group = 0;
+        return single_w8a8_matrix(l.qkv, &unused, &group) &&
+               single_w8a8_matrix(l.o, &unused, &group) &&
+               single_w8a8_matrix(l.gate_up, &unused, &group) &&
+               single_w8a8_matrix(l.down, &unused, &group);
+      });
   for (const DeviceLayer& l : r->weights_.layers) {
     for (const DeviceLinear* w : {&l.qkv, &l.o, &l.gate_up, &l.down}) {
       r->decode_rows_limit_ = std::min(r->decode_rows_limit_, linear_decode_rows_limit(*w));
@@ -458,7 +472,8 @@ void CudaRunner::run_model(int32_t T, int32_t L) {
   const bool fold = folds_norms(T);
   // One-token int4 steps of small models fold them too, into the int4 GEMVs (the same 5).
   const bool fold_int4 = folds_int4_norms(T);
-  const bool pdl = overlaps_launches(T, L) || overlaps_int4_launches(T, L);
+  const bool pdl =
+      overlaps_launches(T, L) || overlaps_int4_launches(T, L) || overlaps_fp8_launches(T, L);
   for (int32_t li = 0; li < int32_t(c.num_layers); ++li) {
     const DeviceLayer& w = weights_.layers[size_t(li)];
     __nv_bfloat16* kc = k_cache_.as<__nv_bfloat16>() + li * layer_kv;
@@ -475,6 +490,8 @@ void CudaRunner::run_model(int32_t T, int32_t L) {
                                          vc};
     const kernels::NormedRows input_normed{residual, w.input_norm.as<float>(), eps};
     kernels::Int4Matrix qkv_int4, o_int4, gate_up_int4, down_int4;
+    kernels::Fp8Matrix qkv_fp8m, gate_up_fp8m;
+    int32_t qkv_group = 0, gate_up_group = 0;
     if (fold_int4) {
       single_int4_matrix(w.qkv, &qkv_int4);
       single_int4_matrix(w.o, &o_int4);
@@ -495,8 +512,15 @@ void CudaRunner::run_model(int32_t T, int32_t L) {
       } else if (single_int4_matrix(w.qkv, &qkv_int4) &&
                  kernels::int4_qkv_rope_fuses(qkv_int4, T, rope_shape)) {
         kernels::launch_int4_qkv_rope_gemv(normed, qkv_int4, T, rope_out, stream_, pdl);
+      } else if (single_w8a8_matrix(w.qkv, &qkv_fp8m, &qkv_group) &&
+                 kernels::fp8_qkv_rope_fuses(qkv_fp8m, T, rope_shape)) {
+        // W8A8 decode: the same RoPE epilogue in the FP8 GEMV (the same bits).
+        if (!qkv_fp8) quantize_linear_input(w.qkv, normed, T, linear_scratch_, stream_, pdl);
+        kernels::launch_fp8_qkv_rope_gemv(linear_scratch_.xq.as<uint8_t>(),
+                                          linear_scratch_.x_scale.as<float>(), qkv_group, qkv_fp8m,
+                                          T, rope_out, stream_, pdl);
       } else {
-        linear_after_norm(normed, w.qkv, T, qkv_.ptr(), qkv_fp8);
+        linear_after_norm(normed, w.qkv, T, qkv_.ptr(), qkv_fp8, pdl);
         kernels::launch_rope_kv_write(qkv_.as<__nv_bfloat16>(), qkv_bias, meta + off_positions_,
                                       meta + off_slots_, inv_freq_.as<float>(), rope_shape,
                                       q_.as<__nv_bfloat16>(), kc, vc, stream_);
@@ -534,11 +558,20 @@ void CudaRunner::run_model(int32_t T, int32_t L) {
                kernels::int4_swiglu_fuses(gate_up_int4, T)) {
       kernels::launch_int4_gemv_swiglu(normed, gate_up_int4, T, act_.as<__nv_bfloat16>(), stream_,
                                        pdl);
+    } else if (T <= kernels::kFp8GemvMaxTokens &&
+               single_w8a8_matrix(w.gate_up, &gate_up_fp8m, &gate_up_group)) {
+      // W8A8 decode: the SwiGLU in the FP8 GEMV's epilogue (the same bits).
+      if (!gate_up_fp8) {
+        quantize_linear_input(w.gate_up, normed, T, linear_scratch_, stream_, pdl);
+      }
+      kernels::launch_fp8_gemv_swiglu(linear_scratch_.xq.as<uint8_t>(),
+                                      linear_scratch_.x_scale.as<float>(), gate_up_group,
+                                      gate_up_fp8m, T, act_.as<__nv_bfloat16>(), stream_, pdl);
     } else if (kernels::skinny_swiglu_wins(T) && w.gate_up.bf16() != nullptr) {
       kernels::launch_skinny_swiglu(normed, w.gate_up.bf16(), T, I, H, act_.as<__nv_bfloat16>(),
                                     stream_);
     } else {
-      linear_after_norm(normed, w.gate_up, T, gate_up_.ptr(), gate_up_fp8);
+      linear_after_norm(normed, w.gate_up, T, gate_up_.ptr(), gate_up_fp8, pdl);
       kernels::launch_silu_mul(gate_up_.as<__nv_bfloat16>(), T, I, act_.as<__nv_bfloat16>(),
                                stream_);
     }
@@ -599,16 +632,17 @@ bool CudaRunner::add_rmsnorm(const __nv_bfloat16* delta, const float* norm_weigh
   const kernels::Fp8RowQuant quant{linear_scratch_.xq.as<uint8_t>(),
                                    linear_scratch_.x_scale.as<float>(), fp8.static_scale,
                                    fp8.scale_ub};
-  kernels::launch_add_rmsnorm_fp8(residual, delta, norm_weight, T, H, eps, normed, quant, stream_);
+  kernels::launch_add_rmsnorm_fp8(residual, delta, norm_weight, T, H, eps, normed, quant, stream_,
+                                  pdl);
   return true;
 }
 
 void CudaRunner::linear_after_norm(const __nv_bfloat16* normed, const DeviceLinear& w, int32_t T,
-                                   void* y, bool quantized) {
+                                   void* y, bool quantized, bool pdl) {
   if (quantized) {
-    run_linear_prequantized(w, T, y, /*out_f32=*/false, linear_scratch_, stream_);
+    run_linear_prequantized(w, T, y, /*out_f32=*/false, linear_scratch_, stream_, pdl);
   } else {
-    linear(normed, w, T, y);
+    linear(normed, w, T, y, pdl);
   }
 }
 
@@ -630,6 +664,14 @@ bool CudaRunner::overlaps_launches(int32_t T, int32_t L) const {
 bool CudaRunner::overlaps_int4_launches(int32_t T, int32_t L) const {
   return int4_linears_ && overlap_capable_ && overlap_launches_ && L > 0 &&
          T <= kernels::kInt4GemvMaxTokens;
+}
+
+// One-token W8A8 steps too (every Linear one FP8 part, activations quantized on the device):
+// the FP8 GEMVs, their quantize and norm launches and decode attention wait for their
+// predecessor after their first weight loads (kernels/fp8_linear.cu). H200 (NOTES.md v21): FP8
+// 7B batch 1 2.77 -> 2.69-2.71 ms; at batch 4 overlap lost (4.16 -> 4.27).
+bool CudaRunner::overlaps_fp8_launches(int32_t T, int32_t L) const {
+  return w8a8_linears_ && overlap_capable_ && overlap_launches_ && L > 0 && T == 1;
 }
 
 // The int4 fold (kernels/int4_linear.cuh): one token, every layer's q|k|v taking the fused RoPE

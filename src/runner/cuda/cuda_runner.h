@@ -73,6 +73,8 @@ class CudaRunner final : public ModelRunner {
   bool overlaps_launches(int32_t num_tokens, int32_t num_logits) const;
   // Whether an unfolded forward overlaps its launches: decode steps of int4 weights.
   bool overlaps_int4_launches(int32_t num_tokens, int32_t num_logits) const;
+  // The same for decode steps of W8A8 FP8 weights.
+  bool overlaps_fp8_launches(int32_t num_tokens, int32_t num_logits) const;
   // Tests: whether one-token int4 steps fold the RMSNorms into the GEMVs (on by default).
   // Before the first forward, as set_overlap_launches.
   void set_fold_int4_norms(bool on) { fold_int4_norms_ = on; }
@@ -105,7 +107,7 @@ class CudaRunner final : public ModelRunner {
   bool add_rmsnorm(const __nv_bfloat16* delta, const float* norm_weight, int32_t m,
                    const DeviceLinear& next, bool pdl = false);
   void linear_after_norm(const __nv_bfloat16* normed, const DeviceLinear& w, int32_t m, void* y,
-                         bool quantized);
+                         bool quantized, bool pdl = false);
 
   ModelConfig config_;
   int device_ = 0;
@@ -119,6 +121,7 @@ class CudaRunner final : public ModelRunner {
   bool use_graphs_ = true;
   bool bf16_linears_ = false;     // every layer's Linears are plain bf16 (the GEMV kernels' input)
   bool int4_linears_ = false;     // every layer's Linears are one AWQ/GPTQ part each
+  bool w8a8_linears_ = false;     // every layer's Linears are one W8A8 FP8 part each
   bool overlap_capable_ = false;  // sm_90+: launches may overlap the one before (kernels/pdl.cuh)
   bool overlap_launches_ = true;  // and folded steps use it (set_overlap_launches)
   bool int4_fold_capable_ = false;  // int4_fold_layers(), asked once at load

@@ -60,15 +60,25 @@ bool decode_sized(const DeviceLinearPart& p, int32_t m) {
 
 // A W8A8 part on its activations already in s.xq / s.x_scale (`group` features a scale): the
 // GEMV at decode sizes, else the FP8 GEMM.
+// pdl: the GEMV may overlap the launch before it (the GEMM never does).
 void run_w8a8_quantized(const DeviceLinearPart& p, int32_t k, int32_t ldy, int32_t group, int32_t m,
-                        void* yp, bool out_f32, const LinearScratch& s, cudaStream_t stream) {
+                        void* yp, bool out_f32, const LinearScratch& s, cudaStream_t stream,
+                        bool pdl) {
   if (decode_sized(p, m)) {
     kernels::launch_fp8_gemv(s.xq.as<uint8_t>(), s.x_scale.as<float>(), group, fp8_matrix(p, k), m,
-                             yp, ldy, out_f32, stream);
+                             yp, ldy, out_f32, stream, pdl);
   } else {
     s.fp8_gemm->run(s.xq.as<uint8_t>(), s.x_scale.as<float>(), fp8_matrix(p, k), m, yp, ldy,
                     out_f32, stream);
   }
+}
+
+// A W8A8 part's activations into s.xq / s.x_scale. pdl: may overlap the launch before.
+void quantize_part_input(const DeviceLinearPart& p, int32_t k, const __nv_bfloat16* x, int32_t m,
+                         const LinearScratch& s, cudaStream_t stream, bool pdl) {
+  const float* static_scale = p.input_scale.bytes() > 0 ? p.input_scale.as<float>() : nullptr;
+  kernels::launch_fp8_quantize(x, m, k, fp8_group(p, k), static_scale, p.activation_scale_ub,
+                               s.xq.as<uint8_t>(), s.x_scale.as<float>(), stream, pdl);
 }
 
 }  // namespace
@@ -89,6 +99,21 @@ bool single_int4_matrix(const DeviceLinear& w, kernels::Int4Matrix* out) {
   if (p.format != QuantFormat::kAwq && p.format != QuantFormat::kGptq) return false;
   *out = int4_matrix(p, w.k);
   return true;
+}
+
+bool single_w8a8_matrix(const DeviceLinear& w, kernels::Fp8Matrix* out, int32_t* group) {
+  if (w.parts.size() != 1 || !w8a8(w.parts[0])) return false;
+  *out = fp8_matrix(w.parts[0], w.k);
+  *group = fp8_group(w.parts[0], w.k);
+  return true;
+}
+
+void quantize_linear_input(const DeviceLinear& w, const __nv_bfloat16* x, int32_t m,
+                           const LinearScratch& s, cudaStream_t stream, bool pdl) {
+  kernels::Fp8Matrix unused_matrix;
+  int32_t unused_group = 0;
+  TANDEM_CHECK(single_w8a8_matrix(w, &unused_matrix, &unused_group));
+  if (m > 0) quantize_part_input(w.parts[0], w.k, x, m, s, stream, pdl);
 }
 
 void run_linear(const DeviceLinear& w, const __nv_bfloat16* x, int32_t m, void* y, bool out_f32,
@@ -130,14 +155,8 @@ void run_linear(const DeviceLinear& w, const __nv_bfloat16* x, int32_t m, void* 
           }
           break;
         }
-        {
-          const int32_t group = fp8_group(p, w.k);
-          const float* static_scale =
-              p.input_scale.bytes() > 0 ? p.input_scale.as<float>() : nullptr;
-          kernels::launch_fp8_quantize(x, m, w.k, group, static_scale, p.activation_scale_ub,
-                                       s.xq.as<uint8_t>(), s.x_scale.as<float>(), stream);
-          run_w8a8_quantized(p, w.k, w.n, group, m, yp, out_f32, s, stream);
-        }
+        quantize_part_input(p, w.k, x, m, s, stream, pdl);
+        run_w8a8_quantized(p, w.k, w.n, fp8_group(p, w.k), m, yp, out_f32, s, stream, pdl);
         break;
     }
   }
@@ -152,11 +171,11 @@ bool token_fp8_input(const DeviceLinear& w, TokenFp8Input* input) {
 }
 
 void run_linear_prequantized(const DeviceLinear& w, int32_t m, void* y, bool out_f32,
-                             const LinearScratch& s, cudaStream_t stream) {
+                             const LinearScratch& s, cudaStream_t stream, bool pdl) {
   TokenFp8Input input;
   TANDEM_CHECK(token_fp8_input(w, &input));
   if (m == 0) return;
-  run_w8a8_quantized(w.parts[0], w.k, w.n, /*group=*/w.k, m, y, out_f32, s, stream);
+  run_w8a8_quantized(w.parts[0], w.k, w.n, /*group=*/w.k, m, y, out_f32, s, stream, pdl);
 }
 
 void prepare_linear(const DeviceLinear& w, int32_t max_m, bool out_f32, const LinearScratch& s) {

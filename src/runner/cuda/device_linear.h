@@ -18,6 +18,7 @@ namespace tandem {
 namespace kernels {
 class GemmContext;
 class Fp8GemmContext;
+struct Fp8Matrix;
 struct Int4Matrix;
 }  // namespace kernels
 
@@ -67,8 +68,18 @@ int32_t linear_decode_rows_limit(const DeviceLinear& w);
 // (kernels/int4_linear.cuh); else false.
 bool single_int4_matrix(const DeviceLinear& w, kernels::Int4Matrix* out);
 
+// The matrix of `w` when it is one W8A8 FP8 part, and its activations' group (features a scale),
+// for the FP8 GEMVs with fused epilogues (kernels/fp8_linear.cuh); else false.
+bool single_w8a8_matrix(const DeviceLinear& w, kernels::Fp8Matrix* out, int32_t* group);
+
+// Such a Linear's input x [m, k] quantized into scratch.xq / scratch.x_scale, as run_linear
+// quantizes it. pdl: may overlap the launch before it (kernels/pdl.cuh).
+void quantize_linear_input(const DeviceLinear& w, const __nv_bfloat16* x, int32_t m,
+                           const LinearScratch& scratch, cudaStream_t stream, bool pdl);
+
 // y[m, n] = x[m, k] · W^T, bf16 or fp32 out; every part picks the decode kernel or the GEMM by m.
-// pdl: an int4 part's GEMV may overlap the launch before it (kernels/pdl.cuh); others ignore it.
+// pdl: an int4 or W8A8 part's decode kernels may overlap the launch before them
+// (kernels/pdl.cuh); the others ignore it.
 void run_linear(const DeviceLinear& w, const __nv_bfloat16* x, int32_t m, void* y, bool out_f32,
                 const LinearScratch& scratch, cudaStream_t stream, bool pdl = false);
 
@@ -84,7 +95,7 @@ bool token_fp8_input(const DeviceLinear& w, TokenFp8Input* input);
 // run_linear for such a Linear whose input is already in scratch.xq / scratch.x_scale (one
 // scale a token): the quantize launch skipped.
 void run_linear_prequantized(const DeviceLinear& w, int32_t m, void* y, bool out_f32,
-                             const LinearScratch& scratch, cudaStream_t stream);
+                             const LinearScratch& scratch, cudaStream_t stream, bool pdl = false);
 
 // The algorithm searches of every GEMM shape `w` can reach with up to max_m rows, and the sizes
 // its parts need from LinearScratch (rows x k of a dequantized part; whether W8A8 runs).
