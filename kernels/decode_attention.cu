@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <string>
 
 #include "cuda_check.cuh"
 #include "mma_sm80.cuh"
@@ -455,17 +454,11 @@ void launch_tc(const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_
   const int warps = tc_warps(num_slices, max_warps);
   const int smem = warps * int(sizeof(TcWarpSmem<D>));
   // Above 48 KB a kernel must opt in (8 warps at D = 128 take 136 KB).
-  // The early start at head size 64 only: Qwen2.5-0.5B batch 1 0.658 -> 0.634 ms (bf16, x2
-  // alternated; H200, NOTES.md v20), but at 128 the kernel measured 8.2 -> 11.7 us alone (ncu)
-  // and the AWQ 7B's overlapped step 2.048 -> 2.053-2.074 ms. Its code was then twice the plain
-  // kernel's (the copy loop unrolled six times); now that it is one loop, not measured again.
-  auto* kernel = decode_attention_tc_kernel<D, false>;
-  // TANDEM_ATTN_EARLY=all: the early start at every head size (sweeps).
-  static const bool early_all = [] {
-    const char* env = std::getenv("TANDEM_ATTN_EARLY");
-    return env != nullptr && std::string(env) == "all";
-  }();
-  if (pdl && (D == 64 || early_all)) kernel = decode_attention_tc_kernel<D, true>;
+  // The early start (an overlapped launch): Qwen2.5-0.5B batch 1 0.658 -> 0.634 ms (bf16, x2
+  // alternated; H200, NOTES.md v20). At head size 128 its first form measured 8.2 -> 11.7 us
+  // alone, with twice the plain kernel's code (the copy loop unrolled six times); with one copy
+  // loop a matrix, AWQ 7B batch 1 2.010 -> 1.98-2.00 ms, FP8 7B 2.677 -> 2.670-2.676 (v21).
+  auto* kernel = pdl ? decode_attention_tc_kernel<D, true> : decode_attention_tc_kernel<D, false>;
   TANDEM_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   pdl::launch(pdl, kernel,

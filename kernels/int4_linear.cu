@@ -7,7 +7,6 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
-#include <string>
 #include <tuple>
 #include <type_traits>
 
@@ -242,18 +241,7 @@ __host__ __device__ inline int x_stride_words(int chunk) {
 struct Int4Input {
   const __nv_bfloat16* x = nullptr;  // [m, k], or null with norm.residual
   NormedRows norm{nullptr, nullptr, 0.0f};
-  bool late_trigger = false;  // overlapped: the successor launches after the loop, not at start
 };
-
-// TANDEM_INT4_TRIGGER=end: overlapped int4 GEMVs let their successor launch after their loop
-// (sweeps).
-bool int4_late_trigger() {
-  static const bool late = [] {
-    const char* env = std::getenv("TANDEM_INT4_TRIGGER");
-    return env != nullptr && std::string(env) == "end";
-  }();
-  return late;
-}
 
 // bf16 pair (lo, hi) as one word, lo in the low half.
 __device__ __forceinline__ uint32_t bf16_pair_bits(float lo, float hi) {
@@ -340,7 +328,6 @@ __global__ void __launch_bounds__(kThreads, M <= 8 ? 3 : 2)
                      int chunk, Epi epi) {
   constexpr int NT = (M + 7) / 8;
   const int parts = kSliced ? sliced_parts : 1;
-  if (!in.late_trigger) pdl::allow_dependents();
   extern __shared__ uint4 smem[];
   const int stride = x_stride_words(chunk);
   uint32_t* xs = reinterpret_cast<uint32_t*>(smem);        // [M, stride]
@@ -531,8 +518,11 @@ __global__ void __launch_bounds__(kThreads, M <= 8 ? 3 : 2)
   // A block whose k slice is empty (more cluster ranks than groups: the 0.5B's q|k|v, k = 896,
   // over 8 ranks) staged nothing, so it waits here, before any output is written.
   pdl::grid_dependency_wait();
-  if (in.late_trigger) pdl::allow_dependents();
-    // C fragment of tile nt: acc[nt][0..1] row j, tokens 8 nt + 2 quad + 0..1; [2..3] row j + 8.
+  // An overlapped launch's successor may launch once every block is past its loop, not at its
+  // start: a successor launched early lets the kernel after it launch too, whose blocks then sit
+  // on SM slots this grid still needs (AWQ 7B batch 1 2.010 -> 1.950 ms; H200, NOTES.md v21).
+  pdl::allow_dependents();
+  // C fragment of tile nt: acc[nt][0..1] row j, tokens 8 nt + 2 quad + 0..1; [2..3] row j + 8.
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
@@ -736,10 +726,8 @@ Plan whole_heads_plan(int tiles, bool clusters, SlotsFn sliced_slots) {
 }
 
 template <int M, bool kGroups128, bool kNormed, typename Epi>
-void launch_gemv_m(const Int4Input& input, const Int4Matrix& w, int32_t m, const Epi& epi,
+void launch_gemv_m(const Int4Input& x, const Int4Matrix& w, int32_t m, const Epi& epi,
                    cudaStream_t stream, bool pdl) {
-  Int4Input x = input;
-  x.late_trigger = int4_late_trigger();
   const int tiles = (w.n + 15) / 16;
   const DeviceFacts& dev = device_facts();
   auto* sliced = int4_gemv_kernel<M, true, kGroups128, kNormed, Epi>;

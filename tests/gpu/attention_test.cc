@@ -166,8 +166,8 @@ void run_case(const Case& c) {
       CHECK(rel_error(dout1, oref) < 1e-2);
       const auto dout2 = run_decode(false);
       CHECK(same_bits(dout1.data(), dout2.data(), dout1.size() * 4));
-      // The overlapped launch's kernel (head size 64: the first tile's K/V before its wait, q
-      // straight into registers) computes the same sums in the same order.
+      // The overlapped launch's kernel (the first tile's K/V before its wait, q straight into
+      // registers) computes the same sums in the same order.
       int major = 0;
       TANDEM_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
       if (major >= 9) {
