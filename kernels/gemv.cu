@@ -35,6 +35,7 @@ __global__ void __launch_bounds__(kRowWarps * 32)
   x = gemv_warp::start_block<M, kPdl, false>(rows, k, x, NormedRows{}, nullptr, first);
   gemv_warp::dot_rows<M, 1, false, gemv_warp::kBytesInFlight, kPdl ? kFirstLoads : 0>(rows, x, k,
                                                                                       acc, &first);
+  gemv_warp::allow_successor<kPdl>();
   if ((threadIdx.x & 31) != 0) return;
 #pragma unroll
   for (int t = 0; t < M; ++t) {
@@ -68,6 +69,7 @@ __global__ void __launch_bounds__(kThreads)
   float acc[2][M];
   gemv_warp::dot_rows<M, 2, kNorm, gemv_warp::kBytesInFlight / 2, kPdl ? kFirstLoadsPair : 0>(
       rows, x, k, acc, &first);
+  gemv_warp::allow_successor<kPdl>();
   if ((threadIdx.x & 31) != 0) return;
 #pragma unroll
   for (int t = 0; t < M; ++t) {
@@ -132,8 +134,8 @@ void launch_gemv(const __nv_bfloat16* x, const __nv_bfloat16* w, int32_t m, int3
 }
 
 void launch_gemv_swiglu(const __nv_bfloat16* x, const __nv_bfloat16* w, int32_t m, int32_t width,
-                        int32_t k, __nv_bfloat16* out, cudaStream_t stream) {
-  swiglu<false>(x, NormedRows{}, w, m, width, k, out, stream);
+                        int32_t k, __nv_bfloat16* out, cudaStream_t stream, bool pdl) {
+  swiglu<false>(x, NormedRows{}, w, m, width, k, out, stream, pdl);
 }
 
 void launch_gemv_swiglu(const NormedRows& x, const __nv_bfloat16* w, int32_t m, int32_t width,

@@ -38,7 +38,8 @@ void launch_gemv_swiglu(const __nv_bfloat16* x,  // [m, k] in
                         const __nv_bfloat16* w,  // [2 * width, k] in: gate rows, then up rows
                         int32_t m, int32_t width, int32_t k,
                         __nv_bfloat16* out,  // [m, width] out
-                        cudaStream_t stream);
+                        cudaStream_t stream,
+                        bool pdl = false);  // one token: may overlap the launch before (pdl.cuh)
 
 // The same with x = RMSNorm(residual) (see NormedRows). pdl: at one token, the launch may
 // overlap the kernel before it (pdl.cuh; sm_90 and newer only).

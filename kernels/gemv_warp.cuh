@@ -163,8 +163,9 @@ __device__ __forceinline__ void stage_normed(const NormedRows& in, int width,
   __syncthreads();
 }
 
-// A GEMV block's start: with kPdl (an overlapped launch, pdl.cuh) its successor may launch,
-// the lane's first N loads of each row are made, and then it waits for its predecessor; with
+// A GEMV block's start: with kPdl (an overlapped launch, pdl.cuh) the lane's first N loads of
+// each row are made, and then it waits for its predecessor (the kernel lets its own successor
+// launch after its loop: allow_successor); with
 // kNorm the block stages x = RMSNorm(in.residual) into `staged` (every thread takes part).
 // Returns the x that dot_rows reads.
 template <int M, bool kPdl, bool kNorm, int R, int N>
@@ -174,7 +175,6 @@ __device__ __forceinline__ const __nv_bfloat16* start_block(const __nv_bfloat16*
                                                             __nv_bfloat16* staged,
                                                             FirstLoads<R, N>& first) {
   if constexpr (kPdl) {
-    pdl::allow_dependents();
     load_first(rows, k, first);
     pdl::grid_dependency_wait();
   }
@@ -183,6 +183,15 @@ __device__ __forceinline__ const __nv_bfloat16* start_block(const __nv_bfloat16*
     return staged;
   }
   return x;
+}
+
+// After a GEMV warp's loop: an overlapped launch's successor may launch once every block is
+// here (or has exited), not at their start. A successor launched early let the kernel after it
+// launch too, whose blocks then sat on SM slots the grid still needed (the int4 and FP8 GEMVs:
+// AWQ 7B 2.010 -> 1.950 ms, FP8 7B 2.99 -> 2.69; H200, NOTES.md v21).
+template <bool kPdl>
+__device__ __forceinline__ void allow_successor() {
+  if constexpr (kPdl) pdl::allow_dependents();
 }
 
 }  // namespace tandem::kernels::gemv_warp

@@ -47,6 +47,7 @@ __global__ void __launch_bounds__(kPairWarps * 32)
   // latency-bound, and half as many warps as rows.
   gemv_warp::dot_rows<M, 2, kNorm, gemv_warp::kBytesInFlight, kPdl ? kFirstLoads : 0>(rows, x, k,
                                                                                       acc, &first);
+  gemv_warp::allow_successor<kPdl>();
   if ((threadIdx.x & 31) != 0) return;
 #pragma unroll
   for (int t = 0; t < M; ++t)
@@ -80,8 +81,8 @@ void qkv_rope(const __nv_bfloat16* x, const NormedRows& in, const __nv_bfloat16*
 }  // namespace
 
 void launch_qkv_rope_gemv(const __nv_bfloat16* x, const __nv_bfloat16* w, int32_t k,
-                          const RopeKvTarget& out, cudaStream_t stream) {
-  qkv_rope<false>(x, NormedRows{}, w, k, out, stream);
+                          const RopeKvTarget& out, cudaStream_t stream, bool pdl) {
+  qkv_rope<false>(x, NormedRows{}, w, k, out, stream, pdl);
 }
 
 void launch_qkv_rope_gemv(const NormedRows& x, const __nv_bfloat16* w, int32_t k,

@@ -18,7 +18,8 @@ namespace tandem::kernels {
 // output rows i and i + D/2 of a head together, so that it can rotate them.
 void launch_qkv_rope_gemv(const __nv_bfloat16* x,  // [T, k] in: normalised hidden states
                           const __nv_bfloat16* w,  // [(H + 2*KVH) * D, k] in: q | k | v rows
-                          int32_t k, const RopeKvTarget& out, cudaStream_t stream);
+                          int32_t k, const RopeKvTarget& out, cudaStream_t stream,
+                          bool pdl = false);  // one token: may overlap the launch before
 
 // The same with x = RMSNorm(residual) (NormedRows, gemv.cuh): the layer's input norm folds in
 // too. pdl: at one token, the launch may overlap the kernel before it (pdl.cuh; sm_90+ only).

@@ -257,48 +257,56 @@ TEST_CASE("CUDA runner: chunked prefill and graph decode match the fp64 referenc
 }
 
 TEST_CASE("CUDA runner: overlapped single-token launches give the plain launches' bits") {
-  // One-token steps of a model this narrow fold the norms into the GEMVs, and on sm_90 each of
-  // their launches may overlap the one before (kernels/pdl.cuh): weights are read before the
-  // wait, everything else after it. A read or write on the wrong side of the wait shows up as
-  // logits that differ from the plain launches'. Head size 64 takes the tensor-core decode
-  // attention, the kernel that honours the overlap.
+  // One-token steps of a model this narrow fold the norms into the GEMVs (or, with the fold off,
+  // take the unfolded layers of the 7B and 8B), and on sm_90 each of their launches may overlap
+  // the one before (kernels/pdl.cuh): weights are read before the wait, everything else after
+  // it. A read or write on the wrong side of the wait shows up as logits that differ from the
+  // plain launches'. Head size 64 takes the tensor-core decode attention, the kernel that
+  // honours the overlap.
   TinyModel m = make_tiny(64);
   const RunnerOptions opts = tiny_options();
   std::vector<int32_t> prompt;
   for (int i = 0; i < 37; ++i) prompt.push_back((i * 37 + 11) % 290);
   const std::vector<int32_t> pages = {9, 3, 40, 7};
-  auto run = [&](bool overlap, bool graphs) {
-    auto created = CudaRunner::create(m.config, m.weights, opts);
-    REQUIRE(created.ok());
-    CudaRunner& r = **created;
-    r.set_use_graphs(graphs);
-    r.set_overlap_launches(overlap);
-    // Where the device has it, the steps below do take the overlapped launches (one token, one
-    // logit row), and a forward without logits does not: equal bits then say something.
-    int major = 0;
-    TANDEM_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
-    CHECK(r.overlaps_launches(1, 1) == (overlap && major >= 9));
-    CHECK_FALSE(r.overlaps_launches(1, 0));
-    std::vector<int32_t> seq = prompt;
-    std::vector<float> all, logits(size_t(m.config.vocab_size));
-    SeqSlice s{0, 37, 37, pages};
-    std::vector<int32_t> rows = {36};
-    r.forward(ForwardBatch{seq, std::span(&s, 1), rows});
-    for (int step = 0; step < 12; ++step) {
+  for (bool fold : {true, false}) {
+    CAPTURE(fold);
+    auto run = [&](bool overlap, bool graphs) {
+      auto created = CudaRunner::create(m.config, m.weights, opts);
+      REQUIRE(created.ok());
+      CudaRunner& r = **created;
+      r.set_use_graphs(graphs);
+      r.set_overlap_launches(overlap);
+      r.set_fold_norms(fold);
+      // Where the device has it, the steps below do take the overlapped launches (one token,
+      // one logit row), and a forward without logits does not: equal bits then say something.
+      int major = 0;
+      TANDEM_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+      CHECK(r.folds_norms(1) == fold);
+      CHECK(r.overlaps_launches(1, 1) == (fold && overlap && major >= 9));
+      CHECK(r.overlaps_bf16_launches(1, 1) == (overlap && major >= 9));
+      CHECK_FALSE(r.overlaps_launches(1, 0));
+      CHECK_FALSE(r.overlaps_bf16_launches(1, 0));
+      std::vector<int32_t> seq = prompt;
+      std::vector<float> all, logits(size_t(m.config.vocab_size));
+      SeqSlice s{0, 37, 37, pages};
+      std::vector<int32_t> rows = {36};
+      r.forward(ForwardBatch{seq, std::span(&s, 1), rows});
+      for (int step = 0; step < 12; ++step) {
+        r.copy_logits(logits);
+        all.insert(all.end(), logits.begin(), logits.end());
+        seq.push_back(int32_t(argmax(logits, 290)));
+        const std::vector<int32_t> token = {seq.back()};
+        s = SeqSlice{0, 1, int32_t(seq.size()), pages};
+        rows = {0};
+        r.forward(ForwardBatch{token, std::span(&s, 1), rows});
+      }
       r.copy_logits(logits);
+      CHECK(rel_error(logits, reference_logits(m, seq)) < 1e-2);
       all.insert(all.end(), logits.begin(), logits.end());
-      seq.push_back(int32_t(argmax(logits, 290)));
-      const std::vector<int32_t> token = {seq.back()};
-      s = SeqSlice{0, 1, int32_t(seq.size()), pages};
-      rows = {0};
-      r.forward(ForwardBatch{token, std::span(&s, 1), rows});
-    }
-    r.copy_logits(logits);
-    CHECK(rel_error(logits, reference_logits(m, seq)) < 1e-2);
-    all.insert(all.end(), logits.begin(), logits.end());
-    return all;
-  };
-  check_overlap_bits(run);
+      return all;
+    };
+    check_overlap_bits(run);
+  }
 }
 
 TEST_CASE("CUDA runner: an absent device is an error, not a crash") {

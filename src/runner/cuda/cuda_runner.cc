@@ -472,8 +472,8 @@ void CudaRunner::run_model(int32_t T, int32_t L) {
   const bool fold = folds_norms(T);
   // One-token int4 steps of small models fold them too, into the int4 GEMVs (the same 5).
   const bool fold_int4 = folds_int4_norms(T);
-  const bool pdl =
-      overlaps_launches(T, L) || overlaps_int4_launches(T, L) || overlaps_fp8_launches(T, L);
+  const bool pdl = overlaps_launches(T, L) || overlaps_bf16_launches(T, L) ||
+                   overlaps_int4_launches(T, L) || overlaps_fp8_launches(T, L);
   for (int32_t li = 0; li < int32_t(c.num_layers); ++li) {
     const DeviceLayer& w = weights_.layers[size_t(li)];
     __nv_bfloat16* kc = k_cache_.as<__nv_bfloat16>() + li * layer_kv;
@@ -508,7 +508,7 @@ void CudaRunner::run_model(int32_t T, int32_t L) {
           add_rmsnorm(li == 0 ? nullptr : delta, input_normed.weight, T, w.qkv, pdl);
       if (T <= kernels::kGemvMaxTokens && w.qkv.bf16() != nullptr && D % 16 == 0) {
         // Decode: RoPE and the K/V write in the projection's epilogue (the same bits).
-        kernels::launch_qkv_rope_gemv(normed, w.qkv.bf16(), H, rope_out, stream_);
+        kernels::launch_qkv_rope_gemv(normed, w.qkv.bf16(), H, rope_out, stream_, pdl);
       } else if (single_int4_matrix(w.qkv, &qkv_int4) &&
                  kernels::int4_qkv_rope_fuses(qkv_int4, T, rope_shape)) {
         kernels::launch_int4_qkv_rope_gemv(normed, qkv_int4, T, rope_out, stream_, pdl);
@@ -553,7 +553,7 @@ void CudaRunner::run_model(int32_t T, int32_t L) {
     // plan's k order (NOTES.md v19).
     if (T < kernels::kSkinnyMinTokens && w.gate_up.bf16() != nullptr) {
       kernels::launch_gemv_swiglu(normed, w.gate_up.bf16(), T, I, H, act_.as<__nv_bfloat16>(),
-                                  stream_);
+                                  stream_, pdl);
     } else if (single_int4_matrix(w.gate_up, &gate_up_int4) &&
                kernels::int4_swiglu_fuses(gate_up_int4, T)) {
       kernels::launch_int4_gemv_swiglu(normed, gate_up_int4, T, act_.as<__nv_bfloat16>(), stream_,
@@ -666,6 +666,13 @@ bool CudaRunner::overlaps_int4_launches(int32_t T, int32_t L) const {
          T <= kernels::kInt4GemvMaxTokens;
 }
 
+// One-token steps of unfolded bf16 layers too (the 7B and 8B), now that the GEMVs let their
+// successor launch only after their loop: with the trigger at their start the 7B's step went
+// 3.88 -> 4.07 ms (NOTES.md v17). H200 (NOTES.md v21): see the measured figures there.
+bool CudaRunner::overlaps_bf16_launches(int32_t T, int32_t L) const {
+  return bf16_linears_ && overlap_capable_ && overlap_launches_ && L > 0 && T == 1;
+}
+
 // One-token W8A8 steps too (every Linear one FP8 part, activations quantized on the device):
 // the FP8 GEMVs, their quantize and norm launches and decode attention wait for their
 // predecessor after their first weight loads (kernels/fp8_linear.cu). H200 (NOTES.md v21): FP8
@@ -700,7 +707,7 @@ bool CudaRunner::int4_fold_layers() const {
 
 bool CudaRunner::folds_norms(int32_t T) const {
   const int64_t H = config_.hidden_size;
-  return T == 1 && bf16_linears_ && H <= kFoldNormsMaxHidden &&
+  return fold_norms_ && T == 1 && bf16_linears_ && H <= kFoldNormsMaxHidden &&
          H * 2 <= kernels::kNormedRowsMaxBytes && config_.head_dim % 16 == 0;
 }
 

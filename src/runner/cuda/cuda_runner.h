@@ -73,6 +73,13 @@ class CudaRunner final : public ModelRunner {
   bool overlaps_launches(int32_t num_tokens, int32_t num_logits) const;
   // Whether an unfolded forward overlaps its launches: decode steps of int4 weights.
   bool overlaps_int4_launches(int32_t num_tokens, int32_t num_logits) const;
+  // The same for one-token steps of plain bf16 weights (folded or not).
+  bool overlaps_bf16_launches(int32_t num_tokens, int32_t num_logits) const;
+  // Tests: whether one-token bf16 steps of small models fold the norms into the GEMVs (on by
+  // default). Before the first forward, as set_overlap_launches.
+  void set_fold_norms(bool on) { fold_norms_ = on; }
+  // Whether a forward of this many tokens folds the RMSNorms and residual adds into the GEMVs.
+  bool folds_norms(int32_t num_tokens) const;
   // The same for decode steps of W8A8 FP8 weights.
   bool overlaps_fp8_launches(int32_t num_tokens, int32_t num_logits) const;
   // Tests: whether one-token int4 steps fold the RMSNorms into the GEMVs (on by default).
@@ -94,8 +101,6 @@ class CudaRunner final : public ModelRunner {
   // pdl: the decode kernel may overlap the launch before it (kernels/pdl.cuh).
   void attention(int32_t num_tokens, const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache,
                  bool pdl = false);
-  // Whether a forward of this many tokens folds the RMSNorms and residual adds into the GEMVs.
-  bool folds_norms(int32_t num_tokens) const;
   // Whether every layer takes the int4 fold's fused forms, and the model is small enough.
   bool int4_fold_layers() const;
   void linear(const __nv_bfloat16* x, const DeviceLinear& w, int32_t m, void* y, bool pdl = false) {
@@ -126,6 +131,7 @@ class CudaRunner final : public ModelRunner {
   bool overlap_launches_ = true;  // and folded steps use it (set_overlap_launches)
   bool int4_fold_capable_ = false;  // int4_fold_layers(), asked once at load
   bool fold_int4_norms_ = true;     // set_fold_int4_norms
+  bool fold_norms_ = true;          // set_fold_norms
   MemoryPlan plan_;                 // set once by make_cuda_runner
   // The fewest rows any layer's Linear keeps on its decode kernel (device_linear.h).
   int32_t decode_rows_limit_ = std::numeric_limits<int32_t>::max();

@@ -131,7 +131,7 @@ void run_linear(const DeviceLinear& w, const __nv_bfloat16* x, int32_t m, void* 
                                       stream, w.n);
         } else if (decode) {
           kernels::launch_gemv(x, p.weight.as<__nv_bfloat16>(), m, p.rows, w.k, yp, out_f32, stream,
-                               w.n);
+                               w.n, pdl);
         } else {
           s.gemm->run(x, p.weight.as<__nv_bfloat16>(), m, p.rows, w.k, yp, out_f32, stream, w.n);
         }

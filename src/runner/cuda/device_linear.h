@@ -78,8 +78,8 @@ void quantize_linear_input(const DeviceLinear& w, const __nv_bfloat16* x, int32_
                            const LinearScratch& scratch, cudaStream_t stream, bool pdl);
 
 // y[m, n] = x[m, k] · W^T, bf16 or fp32 out; every part picks the decode kernel or the GEMM by m.
-// pdl: an int4 or W8A8 part's decode kernels may overlap the launch before them
-// (kernels/pdl.cuh); the others ignore it.
+// pdl: a part's decode kernels may overlap the launch before them (kernels/pdl.cuh; the bf16
+// GEMV at one token); the GEMMs ignore it.
 void run_linear(const DeviceLinear& w, const __nv_bfloat16* x, int32_t m, void* y, bool out_f32,
                 const LinearScratch& scratch, cudaStream_t stream, bool pdl = false);
 
