@@ -650,17 +650,17 @@ void CudaRunner::linear_after_norm(const __nv_bfloat16* normed, const DeviceLine
 // and launch hide behind the previous kernel's tail. Measured on the H200 (NOTES.md v17):
 // Qwen2.5-0.5B batch 1 0.78 -> 0.675 ms, 0.652 with the head's three launches too. Not in a
 // forward without logits: that is the draft's KV pass beside the target's verify, whose waiting
-// blocks took SM slots from the verify (4.63 -> 4.88 ms at k = 8). Not for the unfolded layers
-// either: the 7B's step went 3.88 -> 4.07 ms, the 8B's 4.22 -> 4.52 (their grids fill the GPU,
-// and the early blocks only sit on its slots).
+// blocks took SM slots from the verify (4.63 -> 4.88 ms at k = 8). The unfolded layers:
+// overlaps_bf16_launches.
 bool CudaRunner::overlaps_launches(int32_t T, int32_t L) const {
   return folds_norms(T) && overlap_capable_ && overlap_launches_ && L > 0;
 }
 
-// Int4 decode steps too (the int4 GEMV's grids hold at most ~1.5 waves, unlike the bf16 7B's):
-// every int4 GEMV, norm and decode attention kernel of the step waits for its predecessor after
-// its first weight loads; kernels without that wait launch plainly. H200 (NOTES.md v19): AWQ
-// Qwen2.5-0.5B batch 1 0.746 -> 0.652 ms, AWQ 7B 2.085 -> 2.048 (across leases).
+// Int4 decode steps too: every int4 GEMV, norm and decode attention kernel of the step waits
+// for its predecessor after its first weight loads; kernels without that wait launch plainly.
+// H200 (NOTES.md v19): AWQ Qwen2.5-0.5B batch 1 0.746 -> 0.652 ms, AWQ 7B 2.085 -> 2.048 (across
+// leases); with the GEMVs' trigger after their loop (v21) 0.618-0.630 -> 0.544 and 2.035 ->
+// 1.918-1.935.
 bool CudaRunner::overlaps_int4_launches(int32_t T, int32_t L) const {
   return int4_linears_ && overlap_capable_ && overlap_launches_ && L > 0 &&
          T <= kernels::kInt4GemvMaxTokens;
@@ -668,7 +668,7 @@ bool CudaRunner::overlaps_int4_launches(int32_t T, int32_t L) const {
 
 // One-token steps of unfolded bf16 layers too (the 7B and 8B), now that the GEMVs let their
 // successor launch only after their loop: with the trigger at their start the 7B's step went
-// 3.88 -> 4.07 ms (NOTES.md v17). H200 (NOTES.md v21): see the measured figures there.
+// 3.88 -> 4.07 ms (NOTES.md v17); with it after the loop 3.89 -> 3.73 (H200, NOTES.md v21).
 bool CudaRunner::overlaps_bf16_launches(int32_t T, int32_t L) const {
   return bf16_linears_ && overlap_capable_ && overlap_launches_ && L > 0 && T == 1;
 }
