@@ -177,6 +177,7 @@ struct GemvArgs {
 // past the end has nothing to do.
 template <typename Out>
 struct StoreRows {
+  static constexpr bool kPairs = false;
   Out* y;  // row t starts at y + t * ldy
   int32_t ldy;
   int32_t n;
@@ -210,6 +211,7 @@ __device__ __forceinline__ float bf16_rounded(float v) {
 // act[t, j] = silu(gate) · up of the bf16-rounded sums, as the GEMV (bf16 out) and then
 // launch_silu_mul compute it.
 struct SwiGluRows {
+  static constexpr bool kPairs = true;
   __nv_bfloat16* act;  // [m, width] out
   int32_t width;
   int32_t units(int R) const { return (width + R / 2 - 1) / (R / 2); }
@@ -235,6 +237,7 @@ struct SwiGluRows {
 // head), rotated and stored by rope_store_pair from the bf16-rounded sums, as the GEMV (bf16 out)
 // and then launch_rope_kv_write compute it.
 struct RopeRows {
+  static constexpr bool kPairs = true;
   RopeKvTarget target;
   __device__ __host__ int32_t pairs() const {
     return (target.s.num_heads + 2 * target.s.num_kv_heads) * (target.s.head_dim / 2);
@@ -407,10 +410,6 @@ int forced_unroll() {
   return u;
 }
 
-template <typename Epilogue>
-constexpr bool kPairs = !std::is_same_v<Epilogue, StoreRows<float>> &&
-                        !std::is_same_v<Epilogue, StoreRows<__nv_bfloat16>>;
-
 template <int M, int R, typename X, typename Epilogue>
 void launch_rows(X x, const GemvArgs& a, const Epilogue& e, bool segmented, bool pdl,
                  cudaStream_t stream) {
@@ -422,7 +421,7 @@ void launch_rows(X x, const GemvArgs& a, const Epilogue& e, bool segmented, bool
     // channel-scaled rows at one token), and eight were slower everywhere.
     // The paired forms at one token hold two rows a warp: one load a row keeps the warp's two.
     const bool four = (M == 2 && a.w.n <= 8192) || (segmented && a.w.k >= 8192);
-    const int rule = kPairs<Epilogue> && M == 1 && !four ? 1 : four ? 4 : kUnroll;
+    const int rule = Epilogue::kPairs && M == 1 && !four ? 1 : four ? 4 : kUnroll;
     const int u = forced_unroll() != 0 ? forced_unroll() : rule;
     if (u == 8) return launch_rows_u<M, R, 8, X>(x, a, e, segmented, pdl, stream);
     if (u == 4) return launch_rows_u<M, R, 4, X>(x, a, e, segmented, pdl, stream);
@@ -446,7 +445,7 @@ void dispatch_gemv(X x, const GemvArgs& a, const Epilogue& e, int32_t m, bool se
   if constexpr (M < kFp8GemvMaxTokens) {
     if (m != M) return dispatch_gemv<X, Epilogue, M + 1>(x, a, e, m, segmented, pdl, stream);
   }
-  launch_rows<M, rows_per_warp<M, kPairs<Epilogue>>()>(x, a, e, segmented, pdl, stream);
+  launch_rows<M, rows_per_warp<M, Epilogue::kPairs>()>(x, a, e, segmented, pdl, stream);
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 

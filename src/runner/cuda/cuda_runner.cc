@@ -132,27 +132,23 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig& config
   // A/B switch for benchmarks: TANDEM_OVERLAP=0 launches every kernel plainly.
   const char* overlap_env = std::getenv("TANDEM_OVERLAP");
   if (overlap_env != nullptr && std::strcmp(overlap_env, "0") == 0) r->overlap_launches_ = false;
-  r->bf16_linears_ =
-      std::all_of(r->weights_.layers.begin(), r->weights_.layers.end(), [](const DeviceLayer& l) {
-        return l.qkv.bf16() != nullptr && l.o.bf16() != nullptr && l.gate_up.bf16() != nullptr &&
-               l.down.bf16() != nullptr;
-      });
-  r->int4_linears_ =
-      std::all_of(r->weights_.layers.begin(), r->weights_.layers.end(), [](const DeviceLayer& l) {
-        kernels::Int4Matrix unused;
-        return single_int4_matrix(l.qkv, &unused) && single_int4_matrix(l.o, &unused) &&
-               single_int4_matrix(l.gate_up, &unused) && single_int4_matrix(l.down, &unused);
-      });
+  // Whether every Linear of every layer is of one kind (the decode paths' preconditions).
+  auto every_linear = [&](auto is) {
+    return std::all_of(
+        r->weights_.layers.begin(), r->weights_.layers.end(),
+        [&](const DeviceLayer& l) { return is(l.qkv) && is(l.o) && is(l.gate_up) && is(l.down); });
+  };
+  r->bf16_linears_ = every_linear([](const DeviceLinear& w) { return w.bf16() != nullptr; });
+  r->int4_linears_ = every_linear([](const DeviceLinear& w) {
+    kernels::Int4Matrix unused;
+    return single_int4_matrix(w, &unused);
+  });
   r->int4_fold_capable_ = r->int4_linears_ && r->int4_fold_layers();
-  r->w8a8_linears_ =
-      std::all_of(r->weights_.layers.begin(), r->weights_.layers.end(), [](const DeviceLayer& l) {
-        kernels::Fp8Matrix unused;
-        int32_t group = 0;
-        return single_w8a8_matrix(l.qkv, &unused, &group) &&
-               single_w8a8_matrix(l.o, &unused, &group) &&
-               single_w8a8_matrix(l.gate_up, &unused, &group) &&
-               single_w8a8_matrix(l.down, &unused, &group);
-      });
+  r->w8a8_linears_ = every_linear([](const DeviceLinear& w) {
+    kernels::Fp8Matrix unused;
+    int32_t group = 0;
+    return single_w8a8_matrix(w, &unused, &group);
+  });
   for (const DeviceLayer& l : r->weights_.layers) {
     for (const DeviceLinear* w : {&l.qkv, &l.o, &l.gate_up, &l.down}) {
       r->decode_rows_limit_ = std::min(r->decode_rows_limit_, linear_decode_rows_limit(*w));

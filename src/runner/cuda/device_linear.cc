@@ -110,9 +110,7 @@ bool single_w8a8_matrix(const DeviceLinear& w, kernels::Fp8Matrix* out, int32_t*
 
 void quantize_linear_input(const DeviceLinear& w, const __nv_bfloat16* x, int32_t m,
                            const LinearScratch& s, cudaStream_t stream, bool pdl) {
-  kernels::Fp8Matrix unused_matrix;
-  int32_t unused_group = 0;
-  TANDEM_CHECK(single_w8a8_matrix(w, &unused_matrix, &unused_group));
+  TANDEM_CHECK(w.parts.size() == 1 && w8a8(w.parts[0]));
   if (m > 0) quantize_part_input(w.parts[0], w.k, x, m, s, stream, pdl);
 }
 
