@@ -293,8 +293,8 @@ __global__ void __launch_bounds__(32 * kDecodeMaxWarps)
 #pragma unroll
     for (int it = 0; it < QI; ++it) {
       const int r = (lane + 32 * it) / D8, c = ((lane + 32 * it) % D8) * 8;
-      qv[it] = r < G ? *reinterpret_cast<const uint4*>(
-                           q + (int64_t(t) * s.num_heads + kvh * G + r) * D + c)
+      qv[it] = r < G ? pdl::load_input(reinterpret_cast<const uint4*>(
+                           q + (int64_t(t) * s.num_heads + kvh * G + r) * D + c))
                      : make_uint4(0, 0, 0, 0);
     }
 #pragma unroll
@@ -337,9 +337,10 @@ __global__ void __launch_bounds__(32 * kDecodeMaxWarps)
       const __nv_bfloat16* qrow = q + (int64_t(t) * s.num_heads + kvh * G + g) * D + 2 * tig;
 #pragma unroll
       for (int kc = 0; kc < KC; ++kc) {
-        qa[kc][0] = g < G ? *reinterpret_cast<const uint32_t*>(qrow + kc * 16) : 0u;
+        qa[kc][0] = g < G ? pdl::load_input(reinterpret_cast<const uint32_t*>(qrow + kc * 16)) : 0u;
         qa[kc][1] = 0u;
-        qa[kc][2] = g < G ? *reinterpret_cast<const uint32_t*>(qrow + kc * 16 + 8) : 0u;
+        qa[kc][2] =
+            g < G ? pdl::load_input(reinterpret_cast<const uint32_t*>(qrow + kc * 16 + 8)) : 0u;
         qa[kc][3] = 0u;
       }
       if (own_first) {  // the copies left out above

@@ -12,7 +12,7 @@ __global__ void gather_rows_kernel(const __nv_bfloat16* __restrict__ in,
                                    Out* __restrict__ out) {
   pdl::allow_dependents();  // no-ops on a plain launch
   pdl::grid_dependency_wait();
-  const int64_t src = int64_t(rows[blockIdx.x]) * width;
+  const int64_t src = int64_t(pdl::load_input(rows + blockIdx.x)) * width;
   const int64_t dst = int64_t(blockIdx.x) * width;
   for (int32_t c = threadIdx.x; c < width; c += blockDim.x) {
     if constexpr (sizeof(Out) == 4) {

@@ -45,15 +45,17 @@ constexpr int kQuantThreads = 256;
 
 // One scale over a token's whole row (per-token dynamic or static). At decode sizes a row's
 // quantization is split over blocks of `slice` 16-byte chunks (blockIdx.x), so the divisions
-// of a long row run on several SMs; each block takes the whole row's amax itself, with
-// kQuantLoads chunks a thread in flight (one round trip for rows up to 32,768 features), and
-// re-reads its slice from L1. Measured alone (H200, 7B, NOTES.md v21): down's input (18,944
-// features) 9.0 -> 7.4 us against one block looping one chunk at a time; o's (3,584, one block
-// either way) 3.6 -> 4.5 us, where two loads a thread would do. Prefill-sized inputs keep one
-// block a row (slice = the row): their rows would not stay in L2 for the other blocks' reads.
-constexpr int kQuantLoads = 16;
+// of a long row run on several SMs; each block takes the whole row's amax itself, with all its
+// loads in flight (kLoads), and re-reads its slice from L1. Measured alone (H200, 7B, NOTES.md
+// v21): down's input (18,944 features) 9.0 -> 7.4 us against one block looping one chunk at a
+// time; o's (3,584, one block either way) 3.6 -> 4.5 us with 16 loads a thread where two do
+// (not measured with two yet). Prefill-sized inputs keep one block a row (slice = the row):
+// their rows would not stay in L2 for the other blocks' reads.
 constexpr int kQuantSlice = 2 * kQuantThreads;
 
+// kLoads: 16-byte loads a thread in flight for the amax; 2 where a row fits in them (up to 4,096
+// features: o's input), 16 otherwise (one round trip up to 32,768).
+template <int kLoads>
 __global__ void __launch_bounds__(kQuantThreads)
     quantize_rows_kernel(const __nv_bfloat16* __restrict__ x, int32_t k, int32_t groups,
                          const float* __restrict__ static_scale, float scale_ub,
@@ -69,22 +71,22 @@ __global__ void __launch_bounds__(kQuantThreads)
     scale = *static_scale;
   } else {
     float a = 0.0f;
-    for (int c0 = threadIdx.x; c0 < k8; c0 += kQuantThreads * kQuantLoads) {
-      uint4 v[kQuantLoads];
+    for (int c0 = threadIdx.x; c0 < k8; c0 += kQuantThreads * kLoads) {
+      uint4 v[kLoads];
 #pragma unroll
-      for (int j = 0; j < kQuantLoads; ++j) {
+      for (int j = 0; j < kLoads; ++j) {
         const int c = c0 + j * kQuantThreads;
-        v[j] = c < k8 ? __ldg(x8 + c) : make_uint4(0u, 0u, 0u, 0u);
+        v[j] = c < k8 ? pdl::load_input(x8 + c) : make_uint4(0u, 0u, 0u, 0u);
       }
 #pragma unroll
-      for (int j = 0; j < kQuantLoads; ++j) a = fmaxf(a, amax8(v[j]));
+      for (int j = 0; j < kLoads; ++j) a = fmaxf(a, amax8(v[j]));
     }
     scale = dynamic_scale(block_max(a, scratch), scale_ub);
   }
   uint2* q8 = reinterpret_cast<uint2*>(xq + t * k);
   const int end = min(k8, int(blockIdx.x + 1) * slice);
   for (int c = blockIdx.x * slice + threadIdx.x; c < end; c += kQuantThreads) {
-    q8[c] = quantize8(x8[c], scale);
+    q8[c] = quantize8(pdl::load_input(x8 + c), scale);
   }
   if (blockIdx.x == 0) {
     for (int g = threadIdx.x; g < groups; g += kQuantThreads) x_scale[t * groups + g] = scale;
@@ -106,7 +108,8 @@ __global__ void __launch_bounds__(kQuantThreads)
   const int g = blockIdx.x * kGroupsPerBlock + threadIdx.x / kGroupThreads;
   const int c = g * kGroupThreads + threadIdx.x % kGroupThreads;  // 8-feature chunk
   const bool in = g < groups && c < k / 8;
-  const uint4 v = in ? reinterpret_cast<const uint4*>(x + t * k)[c] : make_uint4(0u, 0u, 0u, 0u);
+  const uint4 v =
+      in ? pdl::load_input(reinterpret_cast<const uint4*>(x + t * k) + c) : make_uint4(0u, 0u, 0u, 0u);
   float scale;
   if (static_scale != nullptr) {
     scale = *static_scale;
@@ -138,7 +141,7 @@ struct E4m3Activations {
   int32_t k;
   using Raw = uint4;
   __device__ __forceinline__ Raw load(int t, int c) const {
-    return __ldg(reinterpret_cast<const uint4*>(x + int64_t(t) * k) + c);
+    return pdl::load_input(reinterpret_cast<const uint4*>(x + int64_t(t) * k) + c);
   }
   __device__ __forceinline__ static void features(const Raw& v, int j, float* f) {
     e4m3x4_to_float(word(v, j), f);
@@ -153,7 +156,7 @@ struct Bf16Activations {
   };
   __device__ __forceinline__ Raw load(int t, int c) const {
     const uint4* x8 = reinterpret_cast<const uint4*>(x + int64_t(t) * k);
-    return Raw{__ldg(x8 + 2 * c), __ldg(x8 + 2 * c + 1)};
+    return Raw{pdl::load_input(x8 + 2 * c), pdl::load_input(x8 + 2 * c + 1)};
   }
   __device__ __forceinline__ static void features(const Raw& v, int j, float* f) {
     const uint4& half = j < 2 ? v.lo : v.hi;
@@ -273,6 +276,7 @@ struct RopeRows {
 template <int M, int R, int U, bool kSegmented, bool kPdl, typename X, typename Epilogue>
 __global__ void __launch_bounds__(kGemvWarps * 32)
     fp8_gemv_kernel(X x, GemvArgs a, Epilogue epilogue) {
+  constexpr bool kPipelined = M == 1;  // two batches of registers, few at one token
   const int lane = threadIdx.x & 31;
   const int unit = blockIdx.x * kGemvWarps + (threadIdx.x >> 5);
   const Fp8Matrix& w = a.w;
@@ -294,20 +298,30 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
 #pragma unroll
     for (int r = 0; r < R; ++r) acc[t][r] = 0.0f;
 
-  uint4 wv[U][R];
-  auto load = [&](int c0) {
+  // One batch: U chunks of each row's weights and (pipelined) of every token's activations;
+  // unpipelined, a chunk's activations are loaded where they are used (fewer registers at
+  // several tokens).
+  struct Batch {
+    uint4 w[U][R];
+    typename X::Raw x[kPipelined ? U : 1][M];
+  };
+  auto load_weights = [&](int c0, Batch& b) {
 #pragma unroll
     for (int u = 0; u < U; ++u)
 #pragma unroll
       for (int r = 0; r < R; ++r)
-        wv[u][r] = c0 + 32 * u < k16 ? __ldcs(wr[r] + c0 + 32 * u) : make_uint4(0u, 0u, 0u, 0u);
+        b.w[u][r] = c0 + 32 * u < k16 ? __ldcs(wr[r] + c0 + 32 * u) : make_uint4(0u, 0u, 0u, 0u);
   };
-  if constexpr (kPdl) {
-    load(lane);
-    pdl::grid_dependency_wait();
-  }
-  for (int c0 = lane; c0 < k16; c0 += 32 * U) {
-    if (!kPdl || c0 != lane) load(c0);
+  auto load_activations = [&](int c0, Batch& b) {
+    if constexpr (kPipelined) {
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+#pragma unroll
+        for (int t = 0; t < M; ++t)
+          if (c0 + 32 * u < k16) b.x[u][t] = x.load(t, c0 + 32 * u);
+    }
+  };
+  auto accumulate = [&](int c0, const Batch& b) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int c = c0 + 32 * u;
@@ -319,14 +333,14 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
         for (int r = 0; r < R; ++r) part[t][r] = 0.0f;
       typename X::Raw xr[M];
 #pragma unroll
-      for (int t = 0; t < M; ++t) xr[t] = x.load(t, c);
+      for (int t = 0; t < M; ++t) xr[t] = kPipelined ? b.x[kPipelined ? u : 0][t] : x.load(t, c);
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         float xf[M][4], wf[R][4];
 #pragma unroll
         for (int t = 0; t < M; ++t) X::features(xr[t], j, xf[t]);
 #pragma unroll
-        for (int r = 0; r < R; ++r) e4m3x4_to_float(word(wv[u][r], j), wf[r]);
+        for (int r = 0; r < R; ++r) e4m3x4_to_float(word(b.w[u][r], j), wf[r]);
 #pragma unroll
         for (int t = 0; t < M; ++t)
 #pragma unroll
@@ -343,7 +357,8 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
                       : __ldg(w.scale + rows[r]);
 #pragma unroll
           for (int t = 0; t < M; ++t) {
-            const float xs = a.x_scale ? __ldg(a.x_scale + t * a.groups + feature / a.group) : 1.0f;
+            const float xs =
+                a.x_scale ? pdl::load_input(a.x_scale + t * a.groups + feature / a.group) : 1.0f;
             acc[t][r] = fmaf(part[t][r], xs * ws, acc[t][r]);
           }
         }
@@ -353,6 +368,32 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
 #pragma unroll
           for (int r = 0; r < R; ++r) acc[t][r] += part[t][r];
       }
+    }
+  };
+  Batch cur;
+  load_weights(lane, cur);
+  if constexpr (kPdl) pdl::grid_dependency_wait();  // the activations come from the predecessor
+  load_activations(lane, cur);
+  if constexpr (kPipelined) {
+    // The next batch's loads are issued before this batch's math, so a warp always has loads in
+    // flight: per 16 weight bytes the loop does many conversions and FMAs, and without this the
+    // loads waited for them (and the activations for the weights) every batch.
+    for (int c0 = lane; c0 < k16; c0 += 32 * U) {
+      Batch next;
+      if (c0 + 32 * U < k16) {
+        load_weights(c0 + 32 * U, next);
+        load_activations(c0 + 32 * U, next);
+      }
+      accumulate(c0, cur);
+      cur = next;
+    }
+  } else {
+    for (int c0 = lane; c0 < k16; c0 += 32 * U) {
+      if (c0 != lane) {
+        load_weights(c0, cur);
+        load_activations(c0, cur);
+      }
+      accumulate(c0, cur);
     }
   }
   // The successor may launch once every block is past its loop, not at its start: this grid
@@ -510,8 +551,9 @@ void launch_fp8_quantize(const __nv_bfloat16* x, int32_t m, int32_t k, int32_t g
   if (group >= k || static_scale != nullptr) {
     const int32_t slice = m <= kFp8GemvMaxTokens ? kQuantSlice : k / 8;
     const dim3 grid((k / 8 + slice - 1) / slice, m);
-    pdl::launch(pdl, quantize_rows_kernel, grid, kQuantThreads, 0, stream, x, k, groups,
-                static_scale, scale_ub, xq, x_scale, slice);
+    auto* kernel = k / 8 <= 2 * kQuantThreads ? quantize_rows_kernel<2> : quantize_rows_kernel<16>;
+    pdl::launch(pdl, kernel, grid, kQuantThreads, 0, stream, x, k, groups, static_scale, scale_ub,
+                xq, x_scale, slice);
   } else {
     // fp8_activations.cc applies no upper bound to per-token-group scales.
     const dim3 grid((groups + kGroupsPerBlock - 1) / kGroupsPerBlock, m);

@@ -1,5 +1,9 @@
 #include "gemv.cuh"
 
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
 #include "cuda_check.cuh"
 #include "gemv_warp.cuh"
 #include "pdl.cuh"
@@ -21,22 +25,27 @@ constexpr int kRowWarps = 8;
 constexpr int kFirstLoads = 4;
 constexpr int kFirstLoadsPair = 2;
 
-// One warp per output row. kAdd: y is the fp32 residual and gains the bf16-rounded result
-// (launch_gemv_add); else y is stored (bf16 or fp32). kPdl: may overlap the kernel before it.
-template <int M, typename Out, bool kAdd = false, bool kPdl = false>
+// One warp per output row, or kParts warps a row (gemv_warp::combine_parts). kAdd: y is the
+// fp32 residual and gains the bf16-rounded result (launch_gemv_add); else y is stored (bf16 or
+// fp32). kPdl: may overlap the kernel before it.
+template <int M, typename Out, bool kAdd = false, bool kPdl = false, int kParts = 1>
 __global__ void __launch_bounds__(kRowWarps * 32)
     gemv_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w, int32_t n,
                 int32_t k, int32_t ldy, Out* __restrict__ y) {
-  const int row = blockIdx.x * kRowWarps + (threadIdx.x >> 5);
-  if (row >= n) return;  // an exited block counts as having let its successor launch
-  const __nv_bfloat16* rows[1] = {w + int64_t(row) * k};
+  const int warp = threadIdx.x >> 5, part = warp % kParts;
+  const int row = blockIdx.x * (kRowWarps / kParts) + warp / kParts;
+  if (kParts == 1 && row >= n) return;  // an exited block counts as having let its successor launch
+  // A split row's warps past the end load row 0 and store nothing (combine_parts is a barrier).
+  const __nv_bfloat16* rows[1] = {w + int64_t(row < n ? row : 0) * k};
   float acc[1][M];
   gemv_warp::FirstLoads<1, kPdl ? kFirstLoads : 0> first;
-  x = gemv_warp::start_block<M, kPdl, false>(rows, k, x, NormedRows{}, nullptr, first);
-  gemv_warp::dot_rows<M, 1, false, gemv_warp::kBytesInFlight, kPdl ? kFirstLoads : 0>(rows, x, k,
-                                                                                      acc, &first);
+  x = gemv_warp::start_block<M, kPdl, false, 1, kPdl ? kFirstLoads : 0, kParts>(
+      rows, k, x, NormedRows{}, nullptr, first, part);
+  gemv_warp::dot_rows<M, 1, false, gemv_warp::kBytesInFlight, kPdl ? kFirstLoads : 0, kParts>(
+      rows, x, k, acc, &first, part);
   gemv_warp::allow_successor<kPdl>();
-  if ((threadIdx.x & 31) != 0) return;
+  gemv_warp::combine_parts<kParts>(acc, part);
+  if ((threadIdx.x & 31) != 0 || part != 0 || row >= n) return;
 #pragma unroll
   for (int t = 0; t < M; ++t) {
     if constexpr (kAdd) {
@@ -100,23 +109,68 @@ void swiglu(const __nv_bfloat16* x, const NormedRows& in, const __nv_bfloat16* w
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 
+// A one-token launch (kAdd or not; overlapped with pdl) with gemv_row_parts warps a row.
+template <typename Out, bool kAdd>
+void launch_one_token(const __nv_bfloat16* x, const __nv_bfloat16* w, int32_t n, int32_t k,
+                      int32_t ldy, Out* y, bool pdl, cudaStream_t stream) {
+  const int parts = gemv_row_parts(n);
+  const int blocks = (n + kRowWarps / parts - 1) / (kRowWarps / parts);
+  const int threads = kRowWarps * 32;
+  auto go = [&](auto kernel) {
+    pdl::launch(pdl, kernel, blocks, threads, 0, stream, x, w, n, k, ldy, y);
+  };
+  if (pdl) {
+    parts == 4   ? go(gemv_kernel<1, Out, kAdd, true, 4>)
+    : parts == 2 ? go(gemv_kernel<1, Out, kAdd, true, 2>)
+                 : go(gemv_kernel<1, Out, kAdd, true>);
+  } else {
+    parts == 4   ? go(gemv_kernel<1, Out, kAdd, false, 4>)
+    : parts == 2 ? go(gemv_kernel<1, Out, kAdd, false, 2>)
+                 : go(gemv_kernel<1, Out, kAdd, false>);
+  }
+}
+
 template <typename Out>
 void dispatch(const __nv_bfloat16* x, const __nv_bfloat16* w, int32_t m, int32_t n, int32_t k,
               int32_t ldy, Out* y, cudaStream_t stream, bool pdl) {
   const int blocks = (n + kRowWarps - 1) / kRowWarps;
   const int threads = kRowWarps * 32;
   static_assert(kGemvMaxTokens == 2, "one instantiation per token count");
-  if (pdl && m == 1) {
-    pdl::launch(true, gemv_kernel<1, Out, false, true>, blocks, threads, 0, stream, x, w, n, k, ldy,
-                y);
-  } else if (m == 1) {
-    gemv_kernel<1, Out><<<blocks, threads, 0, stream>>>(x, w, n, k, ldy, y);
+  if (m == 1) {
+    launch_one_token<Out, false>(x, w, n, k, ldy, y, pdl, stream);
   } else {
     gemv_kernel<2, Out><<<blocks, threads, 0, stream>>>(x, w, n, k, ldy, y);
   }
 }
 
 }  // namespace
+
+int gemv_row_parts(int32_t n) {
+  // TANDEM_GEMV_SPLIT=1|2|4 forces the parts of every matrix of up to 8,192 rows, for sweeps.
+  static const int forced = [] {
+    const char* env = std::getenv("TANDEM_GEMV_SPLIT");
+    if (env == nullptr) return 0;
+    const std::string v(env);
+    if (v != "1" && v != "2" && v != "4") {
+      std::fprintf(stderr, "TANDEM_GEMV_SPLIT=%s: expected 1, 2 or 4\n", env);
+      std::abort();
+    }
+    return std::stoi(v);
+  }();
+  if (forced != 0) return n <= 8192 ? forced : 1;
+  // Split while the warps of a row's parts fill fewer than 16 an SM: the 0.5B's o, down and
+  // q|k|v (896-1,152 rows) on 132 SMs, never a 7B's or an 8B's Linears, where two parts measured
+  // slower (7B batch 1 3.72 -> 3.91 ms; H200, NOTES.md v22).
+  static const int sms = [] {
+    int device = 0, count = 0;
+    TANDEM_CUDA_CHECK(cudaGetDevice(&device));
+    TANDEM_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
+    return count;
+  }();
+  int parts = 1;
+  while (parts < 4 && int64_t(n) * parts < 16 * int64_t(sms)) parts *= 2;
+  return parts;
+}
 
 void launch_gemv(const __nv_bfloat16* x, const __nv_bfloat16* w, int32_t m, int32_t n, int32_t k,
                  void* y, bool out_f32, cudaStream_t stream, int32_t ldy, bool pdl) {
@@ -150,11 +204,8 @@ void launch_gemv_add(const __nv_bfloat16* x, const __nv_bfloat16* w, int32_t m, 
     std::abort();
   }
   const int blocks = (n + kRowWarps - 1) / kRowWarps;
-  if (pdl && m == 1) {
-    pdl::launch(true, gemv_kernel<1, float, true, true>, blocks, kRowWarps * 32, 0, stream, x, w, n,
-                k, n, residual);
-  } else if (m == 1) {
-    gemv_kernel<1, float, true><<<blocks, kRowWarps * 32, 0, stream>>>(x, w, n, k, n, residual);
+  if (m == 1) {
+    launch_one_token<float, true>(x, w, n, k, n, residual, pdl, stream);
   } else {
     gemv_kernel<2, float, true><<<blocks, kRowWarps * 32, 0, stream>>>(x, w, n, k, n, residual);
   }

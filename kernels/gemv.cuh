@@ -23,6 +23,12 @@ constexpr int32_t kGemvMaxTokens = 2;
 // NormedRows (normed_rows.cuh) inputs: m * k * 2 bytes of shared memory per block.
 constexpr int32_t kNormedRowsMaxBytes = 48 * 1024;
 
+// Warps sharing each row (1, 2 or 4) in a one-token launch of launch_gemv / launch_gemv_add and
+// of launch_qkv_rope_gemv (pairs of rows there) for a matrix of n rows: more than one where
+// one a row would leave the SMs short of warps (a small model's Linears). A split row sums its
+// parts in a fixed order (same bits every run, and the same for every kernel at the same n).
+int gemv_row_parts(int32_t n);
+
 // k % 8 == 0, 1 <= m <= kGemvMaxTokens. out_f32 picks the output type of y.
 void launch_gemv(const __nv_bfloat16* x,  // [m, k] in
                  const __nv_bfloat16* w,  // [n, k] in (HF Linear layout)

@@ -41,16 +41,16 @@ struct FirstLoads {
   uint4 w[N > 0 ? N : 1][R];
 };
 
-template <int R, int N>
+template <int R, int N, int kParts = 1>
 __device__ __forceinline__ void load_first(const __nv_bfloat16* const (&rows)[R], int k,
-                                           FirstLoads<R, N>& first) {
-  const int lane = threadIdx.x & 31, k8 = k / 8;
+                                           FirstLoads<R, N>& first, int part = 0) {
+  const int c0 = (threadIdx.x & 31) + 32 * part, k8 = k / 8;
 #pragma unroll
   for (int u = 0; u < N; ++u) {
 #pragma unroll
     for (int r = 0; r < R; ++r) {
-      if (lane + 32 * u < k8)
-        first.w[u][r] = __ldcs(reinterpret_cast<const uint4*>(rows[r]) + lane + 32 * u);
+      const int c = c0 + 32 * kParts * u;
+      if (c < k8) first.w[u][r] = __ldcs(reinterpret_cast<const uint4*>(rows[r]) + c);
     }
   }
 }
@@ -58,15 +58,18 @@ __device__ __forceinline__ void load_first(const __nv_bfloat16* const (&rows)[R]
 // acc[r][t] = Σ_k rows[r][k] · x[t][k] over the warp (every lane holds the total). Each lane
 // sums features c ≡ lane (mod 32) in ascending order, then the warp reduces by xor shuffles:
 // the order depends on neither R, the unroll nor N. kSharedX: x is in shared memory (a block
-// staged it), else read through the read-only cache. N > 0: the lane's first N loads of each
+// staged it), else read by pdl::load_input. N > 0: the lane's first N loads of each
 // row were made by load_first (same sums, same bits).
-template <int M, int R, bool kSharedX = false, int kUnroll = kBytesInFlight / R, int N = 0>
+// kParts > 1 (a split row): this warp is part `part` of kParts warps sharing the rows and sums
+// only chunks c ≡ lane + 32 part (mod 32 kParts); combine_parts adds the parts' totals.
+template <int M, int R, bool kSharedX = false, int kUnroll = kBytesInFlight / R, int N = 0,
+          int kParts = 1>
 __device__ __forceinline__ void dot_rows(const __nv_bfloat16* const (&rows)[R],
                                          const __nv_bfloat16* __restrict__ x, int k,
                                          float (&acc)[R][M],
-                                         const FirstLoads<R, N>* first = nullptr) {
+                                         const FirstLoads<R, N>* first = nullptr, int part = 0) {
   static_assert(kUnroll >= 1, "R <= kBytesInFlight");
-  const int lane = threadIdx.x & 31;
+  constexpr int kStride = 32 * kParts;  // chunks between a lane's successive loads
   const uint4* x4 = reinterpret_cast<const uint4*>(x);
   const int k8 = k / 8;
   const uint4* w4[R];
@@ -76,52 +79,71 @@ __device__ __forceinline__ void dot_rows(const __nv_bfloat16* const (&rows)[R],
 #pragma unroll
     for (int t = 0; t < M; ++t) acc[r][t] = 0.0f;
   }
-  int c = lane;
+  auto fma_chunk = [&](const uint4 (&wv)[R], int c) {
+#pragma unroll
+    for (int t = 0; t < M; ++t) {
+      const uint4 xv = kSharedX ? x4[t * k8 + c] : pdl::load_input(x4 + t * k8 + c);
+#pragma unroll
+      for (int r = 0; r < R; ++r) fma8(acc[r][t], wv[r], xv);
+    }
+  };
+  int c = (threadIdx.x & 31) + 32 * part;
 #pragma unroll
   for (int u = 0; u < N; ++u) {
-    if (c < k8) {  // c == lane + 32 u: the loads of load_first, in order
-#pragma unroll
-      for (int t = 0; t < M; ++t) {
-        const uint4 xv = kSharedX ? x4[t * k8 + c] : __ldg(x4 + t * k8 + c);
-#pragma unroll
-        for (int r = 0; r < R; ++r) fma8(acc[r][t], first->w[u][r], xv);
-      }
-      c += 32;
+    if (c < k8) {  // the loads of load_first, in order
+      fma_chunk(first->w[u], c);
+      c += kStride;
     }
   }
-  for (; c + 32 * (kUnroll - 1) < k8; c += 32 * kUnroll) {
+  for (; c + kStride * (kUnroll - 1) < k8; c += kStride * kUnroll) {
     uint4 wv[kUnroll][R];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
 #pragma unroll
-      for (int r = 0; r < R; ++r) wv[u][r] = __ldcs(w4[r] + c + 32 * u);  // streamed once
+      for (int r = 0; r < R; ++r) wv[u][r] = __ldcs(w4[r] + c + kStride * u);  // streamed once
     }
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-#pragma unroll
-      for (int t = 0; t < M; ++t) {
-        const uint4 xv = kSharedX ? x4[t * k8 + c + 32 * u] : __ldg(x4 + t * k8 + c + 32 * u);
-#pragma unroll
-        for (int r = 0; r < R; ++r) fma8(acc[r][t], wv[u][r], xv);
-      }
-    }
+    for (int u = 0; u < kUnroll; ++u) fma_chunk(wv[u], c + kStride * u);
   }
-  for (; c < k8; c += 32) {
+  // The last chunks one load at a time: one batch of predicated loads measured slower (7B
+  // batch 1 3.72 -> 3.75-3.77 ms, 0.5B 0.639 -> 0.649; H200, NOTES.md v22).
+  for (; c < k8; c += kStride) {
     uint4 wv[R];
 #pragma unroll
     for (int r = 0; r < R; ++r) wv[r] = __ldcs(w4[r] + c);
-#pragma unroll
-    for (int t = 0; t < M; ++t) {
-      const uint4 xv = kSharedX ? x4[t * k8 + c] : __ldg(x4 + t * k8 + c);
-#pragma unroll
-      for (int r = 0; r < R; ++r) fma8(acc[r][t], wv[r], xv);
-    }
+    fma_chunk(wv, c);
   }
 #pragma unroll
   for (int r = 0; r < R; ++r) {
 #pragma unroll
     for (int t = 0; t < M; ++t) {
       for (int o = 16; o > 0; o >>= 1) acc[r][t] += __shfl_xor_sync(0xffffffffu, acc[r][t], o);
+    }
+  }
+}
+
+// A split row's total (dot_rows with kParts > 1): warps w = g kParts + p of a block are parts
+// p = 0 .. kParts - 1 of row group g; part 0 gets acc = ((part 0 + part 1) + ...), the others
+// keep their own. Every thread of the block must call it (a barrier).
+template <int kParts, int R, int M>
+__device__ __forceinline__ void combine_parts(float (&acc)[R][M], int part) {
+  if constexpr (kParts > 1) {
+    __shared__ float partial[kWarps][R][M];
+    const int warp = threadIdx.x >> 5;
+    if ((threadIdx.x & 31) == 0) {
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int t = 0; t < M; ++t) partial[warp][r][t] = acc[r][t];
+    }
+    __syncthreads();
+    if (part == 0) {
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int t = 0; t < M; ++t)
+#pragma unroll
+          for (int q = 1; q < kParts; ++q) acc[r][t] += partial[warp + q][r][t];
     }
   }
 }
@@ -133,7 +155,7 @@ __device__ __forceinline__ float row_inv_rms(const float* __restrict__ row, int 
   const float4* row4 = reinterpret_cast<const float4*>(row);
   float ss = 0.0f;
   for (int c = threadIdx.x; c < width / 4; c += blockDim.x) {
-    const float4 v = row4[c];
+    const float4 v = pdl::load_input(row4 + c);
     ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
   }
   return rsqrtf(block_sum(ss, scratch) / float(width) + eps);
@@ -154,7 +176,7 @@ __device__ __forceinline__ void stage_normed(const NormedRows& in, int width,
     const float4* row = reinterpret_cast<const float4*>(in.residual + int64_t(t) * width);
     const float inv = row_inv_rms(in.residual + int64_t(t) * width, width, in.eps, scratch);
     for (int c = threadIdx.x; c < w4; c += blockDim.x) {
-      const float4 v = row[c], g = __ldg(weight + c);
+      const float4 v = pdl::load_input(row + c), g = __ldg(weight + c);
       __nv_bfloat162* out = reinterpret_cast<__nv_bfloat162*>(xs + int64_t(t) * width + 4 * c);
       out[0] = __floats2bfloat162_rn(v.x * inv * g.x, v.y * inv * g.y);
       out[1] = __floats2bfloat162_rn(v.z * inv * g.z, v.w * inv * g.w);
@@ -168,14 +190,14 @@ __device__ __forceinline__ void stage_normed(const NormedRows& in, int width,
 // launch after its loop: allow_successor); with
 // kNorm the block stages x = RMSNorm(in.residual) into `staged` (every thread takes part).
 // Returns the x that dot_rows reads.
-template <int M, bool kPdl, bool kNorm, int R, int N>
+template <int M, bool kPdl, bool kNorm, int R, int N, int kParts = 1>
 __device__ __forceinline__ const __nv_bfloat16* start_block(const __nv_bfloat16* const (&rows)[R],
                                                             int k, const __nv_bfloat16* x,
                                                             const NormedRows& in,
                                                             __nv_bfloat16* staged,
-                                                            FirstLoads<R, N>& first) {
+                                                            FirstLoads<R, N>& first, int part = 0) {
   if constexpr (kPdl) {
-    load_first(rows, k, first);
+    load_first<R, N, kParts>(rows, k, first, part);
     pdl::grid_dependency_wait();
   }
   if constexpr (kNorm) {

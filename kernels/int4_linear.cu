@@ -271,8 +271,8 @@ __device__ void stage_x(const Int4Input& in, const int32_t* __restrict__ perm, i
       if (perm == nullptr) {
         // 16-byte loads: with one 4-byte load a feature (a lane's 8 features 32 bytes apart
         // within a warp's load), the 7B's gate|up took 24.8 -> 32.8 us (H200, NOTES.md v20).
-        const float4 a = *reinterpret_cast<const float4*>(row + f);
-        const float4 b = *reinterpret_cast<const float4*>(row + f + 4);
+        const float4 a = pdl::load_input(reinterpret_cast<const float4*>(row + f));
+        const float4 b = pdl::load_input(reinterpret_cast<const float4*>(row + f + 4));
         const float4 ga = __ldg(reinterpret_cast<const float4*>(gamma + f));
         const float4 gb = __ldg(reinterpret_cast<const float4*>(gamma + f + 4));
         v[0] = bf16_pair_bits(a.x * inv * ga.x, a.y * inv * ga.y);
@@ -280,7 +280,7 @@ __device__ void stage_x(const Int4Input& in, const int32_t* __restrict__ perm, i
         v[2] = bf16_pair_bits(b.x * inv * gb.x, b.y * inv * gb.y);
         v[3] = bf16_pair_bits(b.z * inv * gb.z, b.w * inv * gb.w);
       } else {
-        auto normed = [&](int i) { return row[i] * inv * __ldg(gamma + i); };
+        auto normed = [&](int i) { return pdl::load_input(row + i) * inv * __ldg(gamma + i); };
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
           v[q] =
@@ -288,7 +288,7 @@ __device__ void stage_x(const Int4Input& in, const int32_t* __restrict__ perm, i
         }
       }
     } else if (tok < m && perm == nullptr) {
-      const uint4 raw = __ldg(reinterpret_cast<const uint4*>(x + int64_t(tok) * k + f));
+      const uint4 raw = pdl::load_input(reinterpret_cast<const uint4*>(x + int64_t(tok) * k + f));
       v[0] = raw.x;
       v[1] = raw.y;
       v[2] = raw.z;
@@ -297,8 +297,8 @@ __device__ void stage_x(const Int4Input& in, const int32_t* __restrict__ perm, i
       const unsigned short* xt = reinterpret_cast<const unsigned short*>(x) + int64_t(tok) * k;
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
-        const uint32_t lo = __ldg(xt + __ldg(perm + f + 2 * q));
-        const uint32_t hi = __ldg(xt + __ldg(perm + f + 2 * q + 1));
+        const uint32_t lo = pdl::load_input(xt + __ldg(perm + f + 2 * q));
+        const uint32_t hi = pdl::load_input(xt + __ldg(perm + f + 2 * q + 1));
         v[q] = lo | (hi << 16);
       }
     }

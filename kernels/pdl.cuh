@@ -28,6 +28,21 @@ __device__ __forceinline__ void allow_dependents() {
 #endif
 }
 
+// An input that a predecessor wrote, read after grid_dependency_wait(): a coherent load, never
+// __ldg. ld.global.nc promises that the data stays unchanged while the kernel runs, which an
+// overlapped kernel's input does not (it is written after the kernel started), and ptxas may
+// schedule such a load above the wait: the FP8 GEMV with its first activations loaded right
+// after the wait read stale ones (overlapped 7B-shaped logits 0.41 relative off the CPU's;
+// benchmarks/NOTES.md v22). Weights, scales and norm weights keep __ldg.
+template <typename T>
+__device__ __forceinline__ T load_input(const T* p) {
+#ifdef TANDEM_INPUT_LDCA
+  return __ldca(p);
+#else
+  return __ldcg(p);
+#endif
+}
+
 // kernel<<<grid, block, smem, stream>>>(args...), allowed to overlap its predecessor when `pdl`
 // (the caller checked that the device is sm_90 or newer and that the kernel waits as above).
 template <typename... Params, typename... Args>

@@ -23,32 +23,35 @@ __device__ __forceinline__ float bf16_round(float v) {
 // launch (pdl.cuh): all of a 0.5B's 896-feature rows.
 constexpr int kFirstLoads = 4;
 
-// Warp p computes rows c = h·D + i and c + D/2 (p = h·D/2 + i). kNorm: x is
-// RMSNorm(in.residual), staged by the block first (NormedRows). kPdl: may overlap the kernel
-// before it.
-template <int M, bool kNorm, bool kPdl = false>
+// Warp p computes rows c = h·D + i and c + D/2 (p = h·D/2 + i), or kParts warps do
+// (gemv_warp::combine_parts). kNorm: x is RMSNorm(in.residual), staged by the block first
+// (NormedRows). kPdl: may overlap the kernel before it.
+template <int M, bool kNorm, bool kPdl = false, int kParts = 1>
 __global__ void __launch_bounds__(kPairWarps * 32)
     qkv_rope_kernel(const __nv_bfloat16* __restrict__ x, NormedRows in,
                     const __nv_bfloat16* __restrict__ w, int32_t k, RopeKvTarget a) {
   extern __shared__ uint4 staged[];  // [M, k] bf16 when kNorm
   const int half = a.s.head_dim / 2;
   const int pairs = (a.s.num_heads + 2 * a.s.num_kv_heads) * half;
-  const int p = blockIdx.x * kPairWarps + (threadIdx.x >> 5);
+  const int warp = threadIdx.x >> 5, part = warp % kParts;
+  const int p = blockIdx.x * (kPairWarps / kParts) + warp / kParts;
   const int h = p / half, i = p % half;
   // Warps past the last pair load pair 0's rows and store nothing.
   const int64_t c = p < pairs ? int64_t(h) * a.s.head_dim + i : 0;
   const __nv_bfloat16* rows[2] = {w + c * k, w + (c + half) * k};
-  gemv_warp::FirstLoads<2, kPdl ? kFirstLoads : 0> first;
-  x = gemv_warp::start_block<M, kPdl, kNorm>(rows, k, x, in,
-                                             reinterpret_cast<__nv_bfloat16*>(staged), first);
-  if (p >= pairs) return;
+  constexpr int N = kPdl ? kFirstLoads : 0;
+  gemv_warp::FirstLoads<2, N> first;
+  x = gemv_warp::start_block<M, kPdl, kNorm, 2, N, kParts>(
+      rows, k, x, in, reinterpret_cast<__nv_bfloat16*>(staged), first, part);
+  if (kParts == 1 && p >= pairs) return;
   float acc[2][M];
   // Two rows with the loads in flight per row of the one-row GEMV: the q|k|v projection is
   // latency-bound, and half as many warps as rows.
-  gemv_warp::dot_rows<M, 2, kNorm, gemv_warp::kBytesInFlight, kPdl ? kFirstLoads : 0>(rows, x, k,
-                                                                                      acc, &first);
+  gemv_warp::dot_rows<M, 2, kNorm, gemv_warp::kBytesInFlight, N, kParts>(rows, x, k, acc, &first,
+                                                                         part);
   gemv_warp::allow_successor<kPdl>();
-  if ((threadIdx.x & 31) != 0) return;
+  gemv_warp::combine_parts<kParts>(acc, part);
+  if ((threadIdx.x & 31) != 0 || part != 0 || p >= pairs) return;
 #pragma unroll
   for (int t = 0; t < M; ++t)
     rope_store_pair(a, t, h, i, bf16_round(acc[0][t]), bf16_round(acc[1][t]));
@@ -64,14 +67,22 @@ void qkv_rope(const __nv_bfloat16* x, const NormedRows& in, const __nv_bfloat16*
     std::abort();
   }
   const int32_t rows = (a.s.num_heads + 2 * a.s.num_kv_heads) * a.s.head_dim;
-  const int blocks = (rows / 2 + kPairWarps - 1) / kPairWarps;
   const size_t smem = kNorm ? size_t(m) * k * 2 : 0;
   static_assert(kGemvMaxTokens == 2, "one instantiation per token count");
-  if (pdl && m == 1) {
-    pdl::launch(true, qkv_rope_kernel<1, kNorm, true>, blocks, kPairWarps * 32, smem, stream, x, in,
-                w, k, a);
+  // One token: gemv_row_parts warps a pair of rows (the rows' count decides, as for launch_gemv).
+  const int parts = m == 1 ? gemv_row_parts(rows) : 1;
+  const int blocks = (rows / 2 + kPairWarps / parts - 1) / (kPairWarps / parts);
+  auto go = [&](auto kernel) {
+    pdl::launch(pdl, kernel, blocks, kPairWarps * 32, smem, stream, x, in, w, k, a);
+  };
+  if (m == 1 && pdl) {
+    parts == 4   ? go(qkv_rope_kernel<1, kNorm, true, 4>)
+    : parts == 2 ? go(qkv_rope_kernel<1, kNorm, true, 2>)
+                 : go(qkv_rope_kernel<1, kNorm, true>);
   } else if (m == 1) {
-    qkv_rope_kernel<1, kNorm><<<blocks, kPairWarps * 32, smem, stream>>>(x, in, w, k, a);
+    parts == 4   ? go(qkv_rope_kernel<1, kNorm, false, 4>)
+    : parts == 2 ? go(qkv_rope_kernel<1, kNorm, false, 2>)
+                 : go(qkv_rope_kernel<1, kNorm, false>);
   } else {
     qkv_rope_kernel<2, kNorm><<<blocks, kPairWarps * 32, smem, stream>>>(x, in, w, k, a);
   }

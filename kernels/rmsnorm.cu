@@ -43,7 +43,7 @@ __device__ __forceinline__ float add_and_inv_rms(float* __restrict__ residual,
     if (c < width) {
       float x = residual[base + c];
       if (delta != nullptr) {
-        x += __bfloat162float(delta[base + c]);
+        x += __bfloat162float(pdl::load_input(delta + base + c));
         residual[base + c] = x;
       }
       v[i] = x;
