@@ -108,8 +108,8 @@ __global__ void __launch_bounds__(kQuantThreads)
   const int g = blockIdx.x * kGroupsPerBlock + threadIdx.x / kGroupThreads;
   const int c = g * kGroupThreads + threadIdx.x % kGroupThreads;  // 8-feature chunk
   const bool in = g < groups && c < k / 8;
-  const uint4 v =
-      in ? pdl::load_input(reinterpret_cast<const uint4*>(x + t * k) + c) : make_uint4(0u, 0u, 0u, 0u);
+  const uint4 v = in ? pdl::load_input(reinterpret_cast<const uint4*>(x + t * k) + c)
+                     : make_uint4(0u, 0u, 0u, 0u);
   float scale;
   if (static_scale != nullptr) {
     scale = *static_scale;

@@ -38,11 +38,12 @@ __global__ void __launch_bounds__(kRowWarps * 32)
   // A split row's warps past the end load row 0 and store nothing (combine_parts is a barrier).
   const __nv_bfloat16* rows[1] = {w + int64_t(row < n ? row : 0) * k};
   float acc[1][M];
-  gemv_warp::FirstLoads<1, kPdl ? kFirstLoads : 0> first;
-  x = gemv_warp::start_block<M, kPdl, false, 1, kPdl ? kFirstLoads : 0, kParts>(
-      rows, k, x, NormedRows{}, nullptr, first, part);
-  gemv_warp::dot_rows<M, 1, false, gemv_warp::kBytesInFlight, kPdl ? kFirstLoads : 0, kParts>(
-      rows, x, k, acc, &first, part);
+  constexpr int N = kPdl ? kFirstLoads : 0;
+  gemv_warp::FirstLoads<1, N> first;
+  x = gemv_warp::start_block<M, kPdl, false, 1, N, kParts>(rows, k, x, NormedRows{}, nullptr, first,
+                                                           part);
+  gemv_warp::dot_rows<M, 1, false, gemv_warp::kBytesInFlight, N, kParts>(rows, x, k, acc, &first,
+                                                                         part);
   gemv_warp::allow_successor<kPdl>();
   gemv_warp::combine_parts<kParts>(acc, part);
   if ((threadIdx.x & 31) != 0 || part != 0 || row >= n) return;

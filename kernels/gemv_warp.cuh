@@ -79,7 +79,7 @@ __device__ __forceinline__ void dot_rows(const __nv_bfloat16* const (&rows)[R],
 #pragma unroll
     for (int t = 0; t < M; ++t) acc[r][t] = 0.0f;
   }
-  auto fma_chunk = [&](const uint4 (&wv)[R], int c) {
+  auto fma_chunk = [&](const uint4(&wv)[R], int c) {
 #pragma unroll
     for (int t = 0; t < M; ++t) {
       const uint4 xv = kSharedX ? x4[t * k8 + c] : pdl::load_input(x4 + t * k8 + c);

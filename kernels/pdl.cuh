@@ -30,17 +30,14 @@ __device__ __forceinline__ void allow_dependents() {
 
 // An input that a predecessor wrote, read after grid_dependency_wait(): a coherent load, never
 // __ldg. ld.global.nc promises that the data stays unchanged while the kernel runs, which an
-// overlapped kernel's input does not (it is written after the kernel started), and ptxas may
-// schedule such a load above the wait: the FP8 GEMV with its first activations loaded right
-// after the wait read stale ones (overlapped 7B-shaped logits 0.41 relative off the CPU's;
-// benchmarks/NOTES.md v22). Weights, scales and norm weights keep __ldg.
+// overlapped kernel's input does not (it is written after the kernel started): the FP8 GEMV with
+// its first activations loaded right after the wait by __ldg read stale ones (overlapped logits
+// 0.41 relative off the CPU's). ld.global.ca keeps the L1 reuse of __ldg (a block's warps read
+// the same activations); ld.global.cg, through L2 only, took the FP8 7B step 2.62 -> 2.87 ms
+// (H200, benchmarks/NOTES.md v22). Weights, scales and norm weights keep __ldg.
 template <typename T>
 __device__ __forceinline__ T load_input(const T* p) {
-#ifdef TANDEM_INPUT_LDCA
   return __ldca(p);
-#else
-  return __ldcg(p);
-#endif
 }
 
 // kernel<<<grid, block, smem, stream>>>(args...), allowed to overlap its predecessor when `pdl`
