@@ -312,7 +312,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
       for (int r = 0; r < R; ++r)
         b.w[u][r] = c0 + 32 * u < k16 ? __ldcs(wr[r] + c0 + 32 * u) : make_uint4(0u, 0u, 0u, 0u);
   };
-  auto load_activations = [&](int c0, Batch& b) {
+  auto load_activations = [&](int c0, Batch& b) {  // pipelined only
     if constexpr (kPipelined) {
 #pragma unroll
       for (int u = 0; u < U; ++u)
@@ -333,7 +333,13 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
         for (int r = 0; r < R; ++r) part[t][r] = 0.0f;
       typename X::Raw xr[M];
 #pragma unroll
-      for (int t = 0; t < M; ++t) xr[t] = kPipelined ? b.x[kPipelined ? u : 0][t] : x.load(t, c);
+      for (int t = 0; t < M; ++t) {
+        if constexpr (kPipelined) {
+          xr[t] = b.x[u][t];
+        } else {
+          xr[t] = x.load(t, c);
+        }
+      }
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         float xf[M][4], wf[R][4];
@@ -389,10 +395,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
     }
   } else {
     for (int c0 = lane; c0 < k16; c0 += 32 * U) {
-      if (c0 != lane) {
-        load_weights(c0, cur);
-        load_activations(c0, cur);
-      }
+      if (c0 != lane) load_weights(c0, cur);
       accumulate(c0, cur);
     }
   }

@@ -114,21 +114,12 @@ void swiglu(const __nv_bfloat16* x, const NormedRows& in, const __nv_bfloat16* w
 template <typename Out, bool kAdd>
 void launch_one_token(const __nv_bfloat16* x, const __nv_bfloat16* w, int32_t n, int32_t k,
                       int32_t ldy, Out* y, bool pdl, cudaStream_t stream) {
-  const int parts = gemv_row_parts(n);
-  const int blocks = (n + kRowWarps / parts - 1) / (kRowWarps / parts);
-  const int threads = kRowWarps * 32;
-  auto go = [&](auto kernel) {
-    pdl::launch(pdl, kernel, blocks, threads, 0, stream, x, w, n, k, ldy, y);
-  };
-  if (pdl) {
-    parts == 4   ? go(gemv_kernel<1, Out, kAdd, true, 4>)
-    : parts == 2 ? go(gemv_kernel<1, Out, kAdd, true, 2>)
-                 : go(gemv_kernel<1, Out, kAdd, true>);
-  } else {
-    parts == 4   ? go(gemv_kernel<1, Out, kAdd, false, 4>)
-    : parts == 2 ? go(gemv_kernel<1, Out, kAdd, false, 2>)
-                 : go(gemv_kernel<1, Out, kAdd, false>);
-  }
+  gemv_warp::with_parts(gemv_row_parts(n), [&](auto parts) {
+    constexpr int P = decltype(parts)::value;
+    auto* kernel = pdl ? gemv_kernel<1, Out, kAdd, true, P> : gemv_kernel<1, Out, kAdd, false, P>;
+    const int blocks = (n + kRowWarps / P - 1) / (kRowWarps / P);
+    pdl::launch(pdl, kernel, blocks, kRowWarps * 32, 0, stream, x, w, n, k, ldy, y);
+  });
 }
 
 template <typename Out>

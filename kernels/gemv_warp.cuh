@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "block_reduce.cuh"
 #include "gemv.cuh"
@@ -145,6 +146,19 @@ __device__ __forceinline__ void combine_parts(float (&acc)[R][M], int part) {
 #pragma unroll
           for (int q = 1; q < kParts; ++q) acc[r][t] += partial[warp + q][r][t];
     }
+  }
+}
+
+// Host side: f(std::integral_constant<int, P>{}) with P = parts (gemv_row_parts: 1, 2 or 4), so a
+// launcher picks the kernel instantiation of its split.
+template <typename F>
+void with_parts(int parts, F&& f) {
+  if (parts == 4) {
+    f(std::integral_constant<int, 4>{});
+  } else if (parts == 2) {
+    f(std::integral_constant<int, 2>{});
+  } else {
+    f(std::integral_constant<int, 1>{});
   }
 }
 

@@ -156,6 +156,19 @@ struct QuantModel {
     model = std::make_unique<ModelDir>(std::move(loaded).value());
     TANDEM_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
   }
+  // A CUDA runner of the model with graphs and overlapped launches on or off.
+  struct Runner {
+    std::unique_ptr<ModelRunner> owner;
+    CudaRunner* cuda = nullptr;
+  };
+  Runner cuda_runner(bool overlap, bool graphs) const {
+    Runner r{make(*model, "cuda:0", "")};
+    r.cuda = dynamic_cast<CudaRunner*>(r.owner.get());
+    REQUIRE(r.cuda != nullptr);
+    r.cuda->set_use_graphs(graphs);
+    r.cuda->set_overlap_launches(overlap);
+    return r;
+  }
 };
 
 // Greedy steps after a 37-token prompt, a 3-token chunk at step 4: every step's logits, and the
@@ -181,11 +194,7 @@ std::vector<float> greedy_logits(ModelRunner& runner, std::vector<int32_t>* pick
 TEST_CASE("awq: overlapped int4 decode launches give the plain launches' bits") {
   const QuantModel awq("gpu-quant-awq-overlap", 23);
   auto run = [&](bool overlap, bool graphs) {
-    auto runner = make(*awq.model, "cuda:0", "");
-    auto* cuda = dynamic_cast<CudaRunner*>(runner.get());
-    REQUIRE(cuda != nullptr);
-    cuda->set_use_graphs(graphs);
-    cuda->set_overlap_launches(overlap);
+    const auto [runner, cuda] = awq.cuda_runner(overlap, graphs);
     // The steps below do take the overlapped launches where the device has them.
     CHECK(cuda->overlaps_int4_launches(1, 1) == (overlap && awq.major >= 9));
     CHECK(cuda->overlaps_int4_launches(3, 1) == (overlap && awq.major >= 9));
@@ -204,11 +213,7 @@ TEST_CASE("fp8: overlapped W8A8 decode launches give the plain launches' bits") 
     CAPTURE(format);
     const QuantModel fp8(std::string("gpu-quant-overlap-") + format, 31, format);
     auto run = [&](bool overlap, bool graphs) {
-      auto runner = make(*fp8.model, "cuda:0", "");
-      auto* cuda = dynamic_cast<CudaRunner*>(runner.get());
-      REQUIRE(cuda != nullptr);
-      cuda->set_use_graphs(graphs);
-      cuda->set_overlap_launches(overlap);
+      const auto [runner, cuda] = fp8.cuda_runner(overlap, graphs);
       CHECK(cuda->overlaps_fp8_launches(1, 1) == (overlap && fp8.major >= 9));
       CHECK_FALSE(cuda->overlaps_fp8_launches(3, 1));  // one token only
       CHECK_FALSE(cuda->overlaps_fp8_launches(1, 0));
@@ -229,11 +234,7 @@ TEST_CASE("awq: one-token steps with the norms folded into the int4 gemvs") {
       CAPTURE(overlap);
       CAPTURE(graphs);
       auto run = [&](bool fold, std::vector<int32_t>* picked) {
-        auto runner = make(*awq.model, "cuda:0", "");
-        auto* cuda = dynamic_cast<CudaRunner*>(runner.get());
-        REQUIRE(cuda != nullptr);
-        cuda->set_use_graphs(graphs);
-        cuda->set_overlap_launches(overlap);
+        const auto [runner, cuda] = awq.cuda_runner(overlap, graphs);
         cuda->set_fold_int4_norms(fold);
         // Folded where the fused RoPE runs (thread-block clusters), and one token only.
         CHECK(cuda->folds_int4_norms(1) == (fold && awq.major >= 9));

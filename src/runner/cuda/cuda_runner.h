@@ -75,13 +75,13 @@ class CudaRunner final : public ModelRunner {
   bool overlaps_int4_launches(int32_t num_tokens, int32_t num_logits) const;
   // The same for one-token steps of plain bf16 weights (folded or not).
   bool overlaps_bf16_launches(int32_t num_tokens, int32_t num_logits) const;
+  // The same for one-token steps of W8A8 FP8 weights.
+  bool overlaps_fp8_launches(int32_t num_tokens, int32_t num_logits) const;
   // Tests: whether one-token bf16 steps of small models fold the norms into the GEMVs (on by
   // default). Before the first forward, as set_overlap_launches.
   void set_fold_norms(bool on) { fold_norms_ = on; }
   // Whether a forward of this many tokens folds the RMSNorms and residual adds into the GEMVs.
   bool folds_norms(int32_t num_tokens) const;
-  // The same for decode steps of W8A8 FP8 weights.
-  bool overlaps_fp8_launches(int32_t num_tokens, int32_t num_logits) const;
   // Tests: whether one-token int4 steps fold the RMSNorms into the GEMVs (on by default).
   // Before the first forward, as set_overlap_launches.
   void set_fold_int4_norms(bool on) { fold_int4_norms_ = on; }
