@@ -5,7 +5,9 @@
 //   and the unit-scales fallback; block), beside the bf16 GemmContext on the same shape;
 //   activation quantization at m = 2048.
 //
-//   bench_fp8_linear [--iters 50]
+//   bench_fp8_linear [--iters 50] [--gemv-only]
+//
+// --gemv-only: the decode GEMVs alone (for sweeps of their environment knobs, fp8_linear.cu).
 //
 // Decode weights rotate through enough copies to exceed the L2 (50 MB) several times over, so
 // every launch streams its weights from HBM as in a real step.
@@ -92,11 +94,14 @@ double time_ms(int iters, F&& call) {
 
 int main(int argc, char** argv) {
   int iters = 50;
+  bool gemv_only = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--iters") == 0 && i + 1 < argc) {
       iters = std::atoi(argv[++i]);
+    } else if (std::strcmp(argv[i], "--gemv-only") == 0) {
+      gemv_only = true;
     } else {
-      std::fprintf(stderr, "usage: bench_fp8_linear [--iters N]\n");
+      std::fprintf(stderr, "usage: bench_fp8_linear [--iters N] [--gemv-only]\n");
       return 2;
     }
   }
@@ -142,6 +147,8 @@ int main(int argc, char** argv) {
         }
       }
     }
+    std::fflush(stdout);
+    if (gemv_only) continue;
     const double flop = 2.0 * kPrefillTokens * double(s.n) * s.k;
     struct Variant {
       const char* name;

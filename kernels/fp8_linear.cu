@@ -4,11 +4,14 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <initializer_list>
 #include <string>
 #include <type_traits>
 
 #include "block_reduce.cuh"
 #include "cuda_check.cuh"
+#include "device_info.cuh"
+#include "fp8_gemv_mma.cuh"
 #include "fp8_linear.cuh"
 #include "fp8_quant.cuh"
 #include "pdl.cuh"
@@ -197,12 +200,40 @@ struct StoreRows {
       for (int r = 0; r < R; ++r) {
         const int row = unit * R + r;
         if (lane != t * R + r || row >= n) continue;
-        if constexpr (sizeof(Out) == 4) {
-          y[int64_t(t) * ldy + row] = v[t][r];
-        } else {
-          y[int64_t(t) * ldy + row] = __float2bfloat16_rn(v[t][r]);
-        }
+        put(t, row, v[t][r]);
       }
+  }
+  // The tensor-core GEMV (fp8_gemv_mma.cuh): tiles of 16 consecutive rows.
+  int32_t tiles() const {
+    return (n + fp8_mma::kTileRows - 1) / fp8_mma::kTileRows;
+  }
+  __device__ int tile_row(int tile, int r) const {
+    const int v = tile * fp8_mma::kTileRows + r;
+    return v < n ? v : -1;
+  }
+  __device__ void store_tile(int tile, int g, int t, float lo, float hi) const {
+    const int row = tile * fp8_mma::kTileRows + g;
+    if (row < n) put(t, row, lo);
+    if (row + 8 < n) put(t, row + 8, hi);
+  }
+  __device__ void put(int t, int row, float v) const {
+    if constexpr (sizeof(Out) == 4) {
+      y[int64_t(t) * ldy + row] = v;
+    } else {
+      y[int64_t(t) * ldy + row] = __float2bfloat16_rn(v);
+    }
+  }
+};
+
+// A paired epilogue's tiles for the tensor-core GEMV: tile rows g and g + 8 are pair j's two rows
+// (j = 8 · tile + g), so one lane holds both sums of a pair.
+struct PairTiles {
+  int32_t count;  // pairs
+  int32_t tiles() const { return (count + 7) / 8; }
+  // Pair j of tile row r (-1 past the end); r >= 8 is the pair's second row.
+  __device__ int pair(int tile, int r) const {
+    const int j = tile * 8 + (r & 7);
+    return j < count ? j : -1;
   }
 };
 
@@ -230,9 +261,23 @@ struct SwiGluRows {
       for (int p = 0; p < R / 2; ++p) {
         const int j = unit * (R / 2) + p;
         if (lane != t * (R / 2) + p || j >= width) continue;
-        act[int64_t(t) * width + j] =
-            __float2bfloat16(silu_times(bf16_rounded(v[t][2 * p]), bf16_rounded(v[t][2 * p + 1])));
+        put(t, j, v[t][2 * p], v[t][2 * p + 1]);
       }
+  }
+  int32_t tiles() const {
+    return PairTiles{width}.tiles();
+  }
+  __device__ int tile_row(int tile, int r) const {
+    const int j = PairTiles{width}.pair(tile, r);
+    return j < 0 ? -1 : r < 8 ? j : width + j;
+  }
+  __device__ void store_tile(int tile, int g, int t, float gate, float up) const {
+    const int j = PairTiles{width}.pair(tile, g);
+    if (j >= 0) put(t, j, gate, up);
+  }
+  __device__ void put(int t, int j, float gate, float up) const {
+    act[int64_t(t) * width + j] =
+        __float2bfloat16(silu_times(bf16_rounded(gate), bf16_rounded(up)));
   }
 };
 
@@ -263,6 +308,17 @@ struct RopeRows {
         rope_store_pair(target, t, j / half, j % half, bf16_rounded(v[t][2 * p]),
                         bf16_rounded(v[t][2 * p + 1]));
       }
+  }
+  int32_t tiles() const {
+    return PairTiles{pairs()}.tiles();
+  }
+  __device__ int tile_row(int tile, int r) const {
+    const int j = PairTiles{pairs()}.pair(tile, r), half = target.s.head_dim / 2;
+    return j < 0 ? -1 : (j / half) * target.s.head_dim + j % half + (r < 8 ? 0 : half);
+  }
+  __device__ void store_tile(int tile, int g, int t, float x1, float x2) const {
+    const int j = PairTiles{pairs()}.pair(tile, g), half = target.s.head_dim / 2;
+    if (j >= 0) rope_store_pair(target, t, j / half, j % half, bf16_rounded(x1), bf16_rounded(x2));
   }
 };
 
@@ -438,19 +494,21 @@ void launch_rows_u(X x, const GemvArgs& a, const Epilogue& e, bool segmented, bo
   }
 }
 
-// TANDEM_FP8_UNROLL=1|2|4|8 forces the loads in flight at 1-2 tokens, for sweeps; anything else
-// set there aborts naming it. Unset: 0 (the rules in launch_rows).
+// A knob of the environment for sweeps: unset gives `fallback`; anything but one of `allowed`
+// aborts naming it.
+int env_choice(const char* name, std::initializer_list<int> allowed, int fallback) {
+  const char* env = std::getenv(name);
+  if (env == nullptr) return fallback;
+  for (int v : allowed)
+    if (std::to_string(v) == env) return v;
+  std::fprintf(stderr, "%s=%s: not one of the allowed values\n", name, env);
+  std::abort();
+}
+
+// TANDEM_FP8_UNROLL=1|2|4|8 forces the loads in flight at 1-2 tokens, for sweeps. Unset: 0 (the
+// rules in launch_rows).
 int forced_unroll() {
-  static const int u = [] {
-    const char* env = std::getenv("TANDEM_FP8_UNROLL");
-    if (env == nullptr) return 0;
-    const std::string v(env);
-    if (v != "1" && v != "2" && v != "4" && v != "8") {
-      std::fprintf(stderr, "TANDEM_FP8_UNROLL=%s: expected 1, 2, 4 or 8\n", env);
-      std::abort();
-    }
-    return std::stoi(v);
-  }();
+  static const int u = env_choice("TANDEM_FP8_UNROLL", {1, 2, 4, 8}, 0);
   return u;
 }
 
@@ -483,9 +541,73 @@ constexpr int rows_per_warp() {
   return M == 1 ? 1 : M <= 3 ? 2 : 4;
 }
 
+// ---- the tensor-core GEMV (fp8_gemv_mma.cuh): where it runs, and its launch ----
+
+// Where the tensor-core GEMV runs (W8A8 with whole 128-feature segments, on an FP8 tensor-core
+// device): from two tokens, and at one token for segmented scales (block fp8 or per-group
+// activations). At one token with one scale a row the CUDA-core GEMV (pipelined) is as fast or
+// faster: Qwen2.5-7B's Linears alone, CUDA-core / best tensor-core form, q|k|v 7.6 / 8.2 us, o
+// 6.5 / 6.7, gate|up 38.1 / 38.3, down 20.0 / 19.8; block-scaled 9.3 / 8.4, 7.9 / 7.1,
+// 48.1 / 37.1, 31.3 / 21.3; at 4 tokens gate|up 53.9 / 39.1 (H200, NOTES.md v23).
+// TANDEM_FP8_MMA=0 keeps the CUDA-core GEMV everywhere, 1 takes the tensor cores wherever they
+// fit (A/B runs and sweeps).
+bool mma_takes(const GemvArgs& a, int32_t m, bool segmented) {
+  static const int forced = env_choice("TANDEM_FP8_MMA", {0, 1}, -1);
+  if (forced == 0 || a.x_scale == nullptr || a.w.k % fp8_mma::kSegment != 0 ||
+      !has_fp8_tensor_cores()) {
+    return false;
+  }
+  return forced == 1 || m >= 2 || segmented;
+}
+
+template <int kParts, int kUnroll, typename Epilogue>
+void launch_mma_u(const fp8_mma::Args& args, const Epilogue& e, bool segmented, bool pdl,
+                  cudaStream_t stream) {
+  auto go = [&](auto seg, auto overlap) {
+    pdl::launch(overlap.value,
+                fp8_mma::gemv_kernel<kParts, kUnroll, decltype(seg)::value,
+                                     decltype(overlap)::value, Epilogue>,
+                e.tiles(), kParts * 32, 0, stream, args, e);
+  };
+  using T = std::true_type;
+  using F = std::false_type;
+  if (segmented) {
+    pdl ? go(T{}, T{}) : go(T{}, F{});
+  } else {
+    pdl ? go(F{}, T{}) : go(F{}, F{});
+  }
+}
+
+// Warps a tile: 8 where 4-warp tiles would leave SMs short of blocks (fewer than two tiles an
+// SM: the 7B's o and down, 224 tiles; o 6.7 us against 7.3 with 4, down 19.8 against 22.3), else
+// 4 (q|k|v 8.1 against 9.3, gate|up 38.5 against 39.1). Segments a batch: 2 with one scale a row,
+// 1 for segmented scales, whose per-segment scale loads take the registers (block-scaled gate|up
+// 37.6 us at one against 41.1 at two; H200, two tokens, NOTES.md v23).
+// TANDEM_FP8_MMA_PARTS=4|8 and TANDEM_FP8_MMA_UNROLL=1|2 force either, for sweeps.
+template <typename Epilogue>
+void launch_mma(const E4m3Activations& x, const GemvArgs& a, const Epilogue& e, int32_t m,
+                bool segmented, bool pdl, cudaStream_t stream) {
+  static const int forced_parts = env_choice("TANDEM_FP8_MMA_PARTS", {4, 8}, 0);
+  static const int forced_unroll = env_choice("TANDEM_FP8_MMA_UNROLL", {1, 2}, 0);
+  const int parts = forced_parts != 0 ? forced_parts : e.tiles() < 2 * multiprocessors() ? 8 : 4;
+  const int unroll = forced_unroll != 0 ? forced_unroll : segmented ? 1 : 2;
+  const fp8_mma::Args args{x.x, a.x_scale, a.groups, m, a.w};
+  if (parts == 4) {
+    unroll == 1 ? launch_mma_u<4, 1>(args, e, segmented, pdl, stream)
+                : launch_mma_u<4, 2>(args, e, segmented, pdl, stream);
+  } else {
+    unroll == 1 ? launch_mma_u<8, 1>(args, e, segmented, pdl, stream)
+                : launch_mma_u<8, 2>(args, e, segmented, pdl, stream);
+  }
+  TANDEM_CUDA_CHECK_LAUNCH();
+}
+
 template <typename X, typename Epilogue, int M = 1>
 void dispatch_gemv(X x, const GemvArgs& a, const Epilogue& e, int32_t m, bool segmented, bool pdl,
                    cudaStream_t stream) {
+  if constexpr (M == 1 && std::is_same_v<X, E4m3Activations>) {
+    if (mma_takes(a, m, segmented)) return launch_mma(x, a, e, m, segmented, pdl, stream);
+  }
   if constexpr (M < kFp8GemvMaxTokens) {
     if (m != M) return dispatch_gemv<X, Epilogue, M + 1>(x, a, e, m, segmented, pdl, stream);
   }

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "cuda_check.cuh"
+#include "device_info.cuh"
 #include "gemm_skinny.cuh"
 #include "mma_sm80.cuh"
 #include "silu_mul.cuh"
@@ -245,18 +246,6 @@ int32_t pick(int32_t m, bool swiglu) {
   if (m <= 8) return 0;
   if (m <= 16) return swiglu ? 6 : 1;
   return swiglu ? 11 : 10;
-}
-
-int32_t multiprocessors() {
-  // The GPUs of one process are alike (tandem pairs two of a kind), so the first device speaks
-  // for all of them.
-  static const int32_t count = [] {
-    int device = 0, sms = 0;
-    TANDEM_CUDA_CHECK(cudaGetDevice(&device));
-    TANDEM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    return int32_t(sms);
-  }();
-  return count;
 }
 
 // Above 48 KB of dynamic shared memory a kernel must opt in, per device. Verify passes and

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "cuda_check.cuh"
+#include "device_info.cuh"
 #include "gemv_warp.cuh"
 #include "pdl.cuh"
 #include "silu_mul.cuh"
@@ -153,12 +154,7 @@ int gemv_row_parts(int32_t n) {
   // Split while the warps of a row's parts fill fewer than 16 an SM: the 0.5B's o, down and
   // q|k|v (896-1,152 rows) on 132 SMs, never a 7B's or an 8B's Linears, where two parts measured
   // slower (7B batch 1 3.76 -> 3.91 ms; H200, NOTES.md v22).
-  static const int sms = [] {  // the first caller's device (a box's GPUs are of one kind)
-    int device = 0, count = 0;
-    TANDEM_CUDA_CHECK(cudaGetDevice(&device));
-    TANDEM_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
-    return count;
-  }();
+  const int sms = multiprocessors();
   int parts = 1;
   while (parts < 4 && int64_t(n) * parts < 16 * int64_t(sms)) parts *= 2;
   return parts;
