@@ -547,7 +547,7 @@ constexpr int rows_per_warp() {
 // device): from two tokens, and at one token for segmented scales (block fp8 or per-group
 // activations). At one token with one scale a row the CUDA-core GEMV (pipelined) is as fast or
 // faster: Qwen2.5-7B's Linears alone, CUDA-core / best tensor-core form, q|k|v 7.6 / 8.2 us, o
-// 6.5 / 6.7, gate|up 38.1 / 38.3, down 20.0 / 19.8; block-scaled 9.3 / 8.4, 7.9 / 7.1,
+// 6.5 / 6.7, gate|up 38.1 / 38.3, down 20.0 / 20.0; block-scaled 9.3 / 8.4, 7.9 / 7.1,
 // 48.1 / 37.1, 31.3 / 21.3; at 4 tokens gate|up 53.9 / 39.1 (H200, NOTES.md v23).
 // TANDEM_FP8_MMA=0 keeps the CUDA-core GEMV everywhere, 1 takes the tensor cores wherever they
 // fit (A/B runs and sweeps).
