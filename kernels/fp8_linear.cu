@@ -474,6 +474,18 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
   epilogue.template finish<M, R>(unit, v, lane);
 }
 
+// go(segmented, pdl) with both flags as std::bool_constant, for a kernel's template arguments.
+template <typename Go>
+void with_flags(bool segmented, bool pdl, Go&& go) {
+  using T = std::true_type;
+  using F = std::false_type;
+  if (segmented) {
+    pdl ? go(T{}, T{}) : go(T{}, F{});
+  } else {
+    pdl ? go(F{}, T{}) : go(F{}, F{});
+  }
+}
+
 template <int M, int R, int U, typename X, typename Epilogue>
 void launch_rows_u(X x, const GemvArgs& a, const Epilogue& e, bool segmented, bool pdl,
                    cudaStream_t stream) {
@@ -485,13 +497,7 @@ void launch_rows_u(X x, const GemvArgs& a, const Epilogue& e, bool segmented, bo
         fp8_gemv_kernel<M, R, U, decltype(seg)::value, decltype(overlap)::value, X, Epilogue>,
         blocks, kGemvWarps * 32, 0, stream, x, a, e);
   };
-  using T = std::true_type;
-  using F = std::false_type;
-  if (segmented) {
-    pdl ? go(T{}, T{}) : go(T{}, F{});
-  } else {
-    pdl ? go(F{}, T{}) : go(F{}, F{});
-  }
+  with_flags(segmented, pdl, go);
 }
 
 // A knob of the environment for sweeps: unset gives `fallback`; anything but one of `allowed`
@@ -569,13 +575,7 @@ void launch_mma_u(const fp8_mma::Args& args, const Epilogue& e, bool segmented, 
                                      decltype(overlap)::value, Epilogue>,
                 e.tiles(), kParts * 32, 0, stream, args, e);
   };
-  using T = std::true_type;
-  using F = std::false_type;
-  if (segmented) {
-    pdl ? go(T{}, T{}) : go(T{}, F{});
-  } else {
-    pdl ? go(F{}, T{}) : go(F{}, F{});
-  }
+  with_flags(segmented, pdl, go);
 }
 
 // Warps a tile: 8 where 4-warp tiles would leave SMs short of blocks (fewer than two tiles an
