@@ -3,6 +3,8 @@
 // order. The e4m3 products and their sums come from the tensor core, so a weight byte costs a
 // fraction of an instruction instead of the CUDA-core GEMV's conversion and FMA per byte (whose
 // one-token loop issued ~4x the bf16 GEMV's instructions per weight byte; NOTES.md v22).
+// fp8_linear.cu picks it (mma_takes): from two tokens, and at one token for segmented scales;
+// at one token with one scale a row the CUDA-core GEMV measured as fast (NOTES.md v23).
 //
 // Numerics: each mma sums 32 exact e4m3 products in the tensor core. Hopper's FP8 MMA is
 // reported to keep fewer mantissa bits than fp32 over long sums (DeepSeek-V3), so every 128
