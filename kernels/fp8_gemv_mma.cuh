@@ -75,11 +75,13 @@ __global__ void __launch_bounds__(kParts * 32) gemv_kernel(Args a, Epilogue e) {
   const int g = lane >> 2, t = lane & 3;
   const int tile = blockIdx.x;
   const int k = a.w.k;
-  const int row0 = e.tile_row(tile, 0);  // valid: tiles() counts only tiles with rows
-  const int row_lo = e.tile_row(tile, g), row_hi = e.tile_row(tile, g + 8);
-  // Rows past the end load row 0 of the tile and are never stored.
-  const uint8_t* wlo = a.w.weight + int64_t(row_lo < 0 ? row0 : row_lo) * k + 16 * t;
-  const uint8_t* whi = a.w.weight + int64_t(row_hi < 0 ? row0 : row_hi) * k + 16 * t;
+  // This lane's rows (fragment rows g and g + 8); rows past the end read row 0 of the tile, which
+  // tiles() guarantees, and are never stored (store_tile checks).
+  const int row0 = e.tile_row(tile, 0);
+  const int lo = e.tile_row(tile, g), hi = e.tile_row(tile, g + 8);
+  const int rlo = lo < 0 ? row0 : lo, rhi = hi < 0 ? row0 : hi;
+  const uint8_t* wlo = a.w.weight + int64_t(rlo) * k + 16 * t;
+  const uint8_t* whi = a.w.weight + int64_t(rhi) * k + 16 * t;
   // B column g is token g; columns past m repeat the last token and are never stored.
   const uint8_t* xr = a.xq + int64_t(min(g, a.m - 1)) * k + 16 * t;
   const int segments = k / kSegment;
@@ -104,7 +106,6 @@ __global__ void __launch_bounds__(kParts * 32) gemv_kernel(Args a, Epilogue e) {
     const int tok0 = min(2 * t, a.m - 1), tok1 = min(2 * t + 1, a.m - 1);
     const float x0 = pdl::load_input(a.x_scale + tok0 * a.groups + (a.groups > 1 ? s : 0));
     const float x1 = pdl::load_input(a.x_scale + tok1 * a.groups + (a.groups > 1 ? s : 0));
-    const int rlo = row_lo < 0 ? row0 : row_lo, rhi = row_hi < 0 ? row0 : row_hi;
     float wl, wh;
     if (a.w.block) {
       const int cols = k / kSegment;
@@ -180,8 +181,7 @@ __global__ void __launch_bounds__(kParts * 32) gemv_kernel(Args a, Epilogue e) {
     const int tok0 = min(2 * t, a.m - 1), tok1 = min(2 * t + 1, a.m - 1);
     const float x0 = pdl::load_input(a.x_scale + tok0 * a.groups);
     const float x1 = pdl::load_input(a.x_scale + tok1 * a.groups);
-    const float wl = __ldg(a.w.scale + (row_lo < 0 ? row0 : row_lo));
-    const float wh = __ldg(a.w.scale + (row_hi < 0 ? row0 : row_hi));
+    const float wl = __ldg(a.w.scale + rlo), wh = __ldg(a.w.scale + rhi);
     v[0] *= x0 * wl;
     v[1] *= x1 * wl;
     v[2] *= x0 * wh;

@@ -4,13 +4,12 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <initializer_list>
-#include <string>
 #include <type_traits>
 
 #include "block_reduce.cuh"
 #include "cuda_check.cuh"
 #include "device_info.cuh"
+#include "env_knob.h"
 #include "fp8_gemv_mma.cuh"
 #include "fp8_linear.cuh"
 #include "fp8_quant.cuh"
@@ -500,17 +499,6 @@ void launch_rows_u(X x, const GemvArgs& a, const Epilogue& e, bool segmented, bo
   with_flags(segmented, pdl, go);
 }
 
-// A knob of the environment for sweeps: unset gives `fallback`; anything but one of `allowed`
-// aborts naming it.
-int env_choice(const char* name, std::initializer_list<int> allowed, int fallback) {
-  const char* env = std::getenv(name);
-  if (env == nullptr) return fallback;
-  for (int v : allowed)
-    if (std::to_string(v) == env) return v;
-  std::fprintf(stderr, "%s=%s: not one of the allowed values\n", name, env);
-  std::abort();
-}
-
 // TANDEM_FP8_UNROLL=1|2|4|8 forces the loads in flight at 1-2 tokens, for sweeps. Unset: 0 (the
 // rules in launch_rows).
 int forced_unroll() {
@@ -588,9 +576,9 @@ template <typename Epilogue>
 void launch_mma(const E4m3Activations& x, const GemvArgs& a, const Epilogue& e, int32_t m,
                 bool segmented, bool pdl, cudaStream_t stream) {
   static const int forced_parts = env_choice("TANDEM_FP8_MMA_PARTS", {4, 8}, 0);
-  static const int forced_unroll = env_choice("TANDEM_FP8_MMA_UNROLL", {1, 2}, 0);
+  static const int forced_segments = env_choice("TANDEM_FP8_MMA_UNROLL", {1, 2}, 0);
   const int parts = forced_parts != 0 ? forced_parts : e.tiles() < 2 * multiprocessors() ? 8 : 4;
-  const int unroll = forced_unroll != 0 ? forced_unroll : segmented ? 1 : 2;
+  const int unroll = forced_segments != 0 ? forced_segments : segmented ? 1 : 2;
   const fp8_mma::Args args{x.x, a.x_scale, a.groups, m, a.w};
   if (parts == 4) {
     unroll == 1 ? launch_mma_u<4, 1>(args, e, segmented, pdl, stream)

@@ -2,10 +2,10 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <string>
 
 #include "cuda_check.cuh"
 #include "device_info.cuh"
+#include "env_knob.h"
 #include "gemv_warp.cuh"
 #include "pdl.cuh"
 #include "silu_mul.cuh"
@@ -140,16 +140,7 @@ void dispatch(const __nv_bfloat16* x, const __nv_bfloat16* w, int32_t m, int32_t
 
 int gemv_row_parts(int32_t n) {
   // TANDEM_GEMV_SPLIT=1|2|4 forces the parts of every matrix of up to 8,192 rows, for sweeps.
-  static const int forced = [] {
-    const char* env = std::getenv("TANDEM_GEMV_SPLIT");
-    if (env == nullptr) return 0;
-    const std::string v(env);
-    if (v != "1" && v != "2" && v != "4") {
-      std::fprintf(stderr, "TANDEM_GEMV_SPLIT=%s: expected 1, 2 or 4\n", env);
-      std::abort();
-    }
-    return std::stoi(v);
-  }();
+  static const int forced = env_choice("TANDEM_GEMV_SPLIT", {1, 2, 4}, 0);
   if (forced != 0) return n <= 8192 ? forced : 1;
   // Split while the warps of a row's parts fill fewer than 16 an SM: the 0.5B's o, down and
   // q|k|v (896-1,152 rows) on 132 SMs, never a 7B's or an 8B's Linears, where two parts measured
