@@ -85,7 +85,7 @@ Result<LatencyResult> run_latency(ModelRunner& r, const LatencyOptions& o,
     reqs[t].params = &o.decode_sampling;
     reqs[t].rng = &rngs[t / size_t(q)];
   }
-  std::vector<double> steps;
+  std::vector<double> steps, spans;
   if (o.before_decode) o.before_decode();
   const int32_t warmup = std::min(3, (o.output_len - 1) / 2);
   std::vector<SeqSlice> sl(nb);
@@ -98,6 +98,11 @@ Result<LatencyResult> run_latency(ModelRunner& r, const LatencyOptions& o,
     for (size_t t = 0; t < nt; ++t) reqs[t].history = TokenHistory{prompt, outputs[t / size_t(q)]};
     r.sample(reqs, out);
     if (step >= warmup) steps.push_back(ms_since(t0));
+    int64_t start_ns = 0, end_ns = 0;
+    const auto interval = r.last_forward_interval();
+    if (step >= warmup && interval && interval->resolve(start_ns, end_ns)) {
+      spans.push_back(double(end_ns - start_ns) * 1e-6);
+    }
     // Every row's token goes in, as if every proposal had been accepted.
     toks = out;
     for (size_t t = 0; t < nt; ++t) outputs[t / size_t(q)].push_back(out[t]);
@@ -109,6 +114,7 @@ Result<LatencyResult> run_latency(ModelRunner& r, const LatencyOptions& o,
   res.weight_bytes_per_step = weight_bytes_per_step;
   res.achieved_tb_per_s = double(weight_bytes_per_step) / (res.tpot_ms * 1e-3) / 1e12;
   res.mbu = res.achieved_tb_per_s / 4.2;
+  if (!spans.empty()) res.forward_device_ms = median(spans);
   return res;
 }
 
@@ -118,11 +124,16 @@ std::string to_json(const LatencyOptions& o, const LatencyResult& r, const std::
                 "{\"model\": \"%s\", \"input_len\": %d, \"output_len\": %d, \"batch_size\": %d, "
                 "\"query_len\": %d, \"ttft_ms\": %.3f, \"tpot_ms\": %.4f, \"tok_per_s\": %.1f, "
                 "\"weight_bytes_per_step\": %lld, \"achieved_tb_per_s\": %.3f, "
-                "\"mbu_vs_4p2\": %.3f}",
+                "\"mbu_vs_4p2\": %.3f",
                 label.c_str(), o.input_len, o.output_len, o.batch_size, o.query_len, r.ttft_ms,
                 r.tpot_ms, r.tok_per_s, static_cast<long long>(r.weight_bytes_per_step),
                 r.achieved_tb_per_s, r.mbu);
-  return buf;
+  std::string json = buf;
+  if (r.forward_device_ms > 0) {
+    std::snprintf(buf, sizeof(buf), ", \"forward_device_ms\": %.4f", r.forward_device_ms);
+    json += buf;
+  }
+  return json + "}";
 }
 
 }  // namespace tandem::bench

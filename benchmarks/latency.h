@@ -38,6 +38,10 @@ struct LatencyResult {
   int64_t weight_bytes_per_step = 0;
   double achieved_tb_per_s = 0;  // weight bytes / TPOT
   double mbu = 0;                // against the 4.2 TB/s copy ceiling (GPU-MACHINE.md)
+  // Median device span of a step's forward (CUDA events) where the runner records one
+  // (RunnerOptions::device_timing); 0 otherwise. TPOT minus it is the sampling and the host's
+  // turnaround between steps.
+  double forward_device_ms = 0;
 };
 
 // Needs runner.num_pages() >= batch_size * latency_pages_per_seq(opts, page_size), room for

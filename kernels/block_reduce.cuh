@@ -55,7 +55,8 @@ __device__ __forceinline__ void warp_argmax(float& bv, int& bi) {
   }
 }
 
-__device__ __forceinline__ int block_argmax(float bv, int bi, float* sv, int* si) {
+// The block's best (value, index) into every thread's bv, bi; sv/si: 32 slots of shared memory.
+__device__ __forceinline__ void block_argmax_value(float& bv, int& bi, float* sv, int* si) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   warp_argmax(bv, bi);
   if (lane == 0) sv[warp] = bv, si[warp] = bi;
@@ -65,6 +66,10 @@ __device__ __forceinline__ int block_argmax(float bv, int bi, float* sv, int* si
   bi = lane < nwarps ? si[lane] : 0x7fffffff;
   warp_argmax(bv, bi);
   __syncthreads();
+}
+
+__device__ __forceinline__ int block_argmax(float bv, int bi, float* sv, int* si) {
+  block_argmax_value(bv, bi, sv, si);
   return bi;
 }
 

@@ -305,6 +305,35 @@ TEST_CASE("row gathers: embeddings to fp32, picked rows in bf16") {
     }
 }
 
+namespace {
+
+// The argmax the kernel must give: NaN never wins, lowest id on ties, 0 for a row of NaN.
+int32_t host_argmax(const float* row, int32_t valid) {
+  int32_t best = -1;
+  for (int32_t i = 0; i < valid; ++i)
+    if (!std::isnan(row[i]) && (best < 0 || row[i] > row[best])) best = i;
+  return best < 0 ? 0 : best;
+}
+
+// Runs launch_argmax_rows over rows of `logits` ([*, stride]) into poisoned device memory.
+std::vector<int32_t> device_argmax(const Dev<float>& logits, const std::vector<int32_t>& rows,
+                                   int32_t stride, int32_t valid, Dev<char>& scratch) {
+  Dev<int32_t> out(rows.size());
+  out.poison();
+  kernels::launch_argmax_rows(logits.p, rows.data(), int32_t(rows.size()), stride, valid, scratch.p,
+                              scratch.n, out.p, nullptr);
+  return out.get<int32_t>();
+}
+
+// Scratch for rows of `width` columns, zeroed as the kernel's contract asks.
+struct ArgmaxScratch : Dev<char> {
+  explicit ArgmaxScratch(int32_t width) : Dev<char>(kernels::argmax_scratch_bytes(width)) {
+    TANDEM_CUDA_CHECK(cudaMemset(p, 0, n));
+  }
+};
+
+}  // namespace
+
 TEST_CASE("argmax: valid_vocab excludes padded rows; ties go to the lowest id") {
   const int stride = 1000, valid = 990;
   auto logits = random_f32(size_t(3) * stride, 23u, -5.0f, 5.0f);
@@ -314,12 +343,52 @@ TEST_CASE("argmax: valid_vocab excludes padded rows; ties go to the lowest id") 
   logits[1 * stride + 300] = 60.0f;  // tie: 300 wins
   logits[2 * stride + 989] = 70.0f;  // last valid column
   Dev<float> dl(logits);
-  std::vector<int32_t> rows = {2, 0, 1};
-  Dev<int32_t> dr(rows), out(3);
-  out.poison();
-  kernels::launch_argmax_rows(dl.p, dr.p, 3, stride, valid, out.p, nullptr);
-  const auto ids = out.get<int32_t>();
+  ArgmaxScratch scratch(valid);
+  const auto ids = device_argmax(dl, {2, 0, 1}, stride, valid, scratch);
   CHECK(ids[0] == 989);
   CHECK(ids[1] == 17);
   CHECK(ids[2] == 300);
+}
+
+TEST_CASE("argmax: rows of many slices, ties across slices, NaN and -inf rows, > 64 rows") {
+  // Qwen2.5-7B's padded row width and valid vocabulary: 38 slices of kArgmaxSlice, the last
+  // one partial; 70 rows take two launches on the same scratch.
+  const int32_t stride = 152064, valid = 151665, nrows = 70;
+  auto logits = random_f32(size_t(nrows) * stride, 29u, -8.0f, 8.0f);
+  auto at = [&](int32_t r, int32_t c) -> float& { return logits[size_t(r) * stride + size_t(c)]; };
+  at(0, valid - 1) = 40.0f;                                   // last valid column
+  at(0, valid) = 90.0f;                                       // padding: never chosen
+  at(1, 3 * kernels::kArgmaxSlice + 5) = 41.0f;               // tie across slices:
+  at(1, 20 * kernels::kArgmaxSlice + 7) = 41.0f;              //   the lower id wins
+  at(2, kernels::kArgmaxSlice - 1) = 42.0f;                   // a slice's last column
+  at(2, kernels::kArgmaxSlice) = 42.0f;                       // and the next one's first
+  for (int32_t c = 0; c < stride; ++c) at(3, c) = NAN;        // nothing orderable: id 0
+  for (int32_t c = 0; c < stride; ++c) at(4, c) = -INFINITY;  // all -inf: the lowest id
+  at(5, 100) = NAN;                                           // NaN beside the maximum
+  at(5, 101) = 43.0f;
+  at(6, 0) = 44.0f;  // the first column
+  Dev<float> dl(logits);
+  std::vector<int32_t> rows(static_cast<size_t>(nrows));
+  for (int32_t i = 0; i < nrows; ++i) rows[size_t(i)] = (i * 37) % nrows;  // a permutation
+  ArgmaxScratch scratch(valid);
+  const auto ids = device_argmax(dl, rows, stride, valid, scratch);
+  for (int32_t i = 0; i < nrows; ++i) {
+    const int32_t r = rows[size_t(i)];
+    CHECK_MESSAGE(ids[size_t(i)] == host_argmax(&at(r, 0), valid), "row ", r);
+  }
+  CHECK(host_argmax(&at(1, 0), valid) == 3 * kernels::kArgmaxSlice + 5);
+  CHECK(host_argmax(&at(2, 0), valid) == kernels::kArgmaxSlice - 1);
+  // The tickets are back at zero: a rerun on the same scratch gives the same ids.
+  CHECK(device_argmax(dl, rows, stride, valid, scratch) == ids);
+  // One row, as a batch-1 step asks, into mapped host memory (the runner's output).
+  int32_t* host_out = nullptr;
+  TANDEM_CUDA_CHECK(cudaHostAlloc(&host_out, 4, cudaHostAllocMapped));
+  int32_t* dev_out = nullptr;
+  TANDEM_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&dev_out), host_out, 0));
+  *host_out = -1;
+  const int32_t one = 1;
+  kernels::launch_argmax_rows(dl.p, &one, 1, stride, valid, scratch.p, scratch.n, dev_out, nullptr);
+  TANDEM_CUDA_CHECK(cudaStreamSynchronize(nullptr));
+  CHECK(*host_out == 3 * kernels::kArgmaxSlice + 5);
+  TANDEM_CUDA_CHECK(cudaFreeHost(host_out));
 }

@@ -184,9 +184,9 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig& config
   r->attn_partials_ =
       DeviceBuffer(size_t(kDecodeSplitRows * config.num_heads * (config.head_dim + 2) * 4));
   TANDEM_CUDA_CHECK(cudaDeviceGetAttribute(&r->num_sms_, cudaDevAttrMultiProcessorCount, device));
-  r->sample_rows_ = DeviceBuffer(size_t(L * 4));
-  r->sampled_ = DeviceBuffer(size_t(L * 4));
-  r->sample_host_ = PinnedBuffer(size_t(2 * L * 4));
+  r->argmax_scratch_ = DeviceBuffer(kernels::argmax_scratch_bytes(int32_t(config.vocab_size)));
+  TANDEM_CUDA_CHECK(cudaMemset(r->argmax_scratch_.ptr(), 0, r->argmax_scratch_.bytes()));
+  r->greedy_ids_ = PinnedBuffer(size_t(L * 4), /*mapped=*/true);
   r->sampler_ = DeviceSampler(config.vocab_size, int32_t(L));
   TANDEM_TRY(r->make_linear_scratch());
   // Every GEMM shape's algorithm search, for every row bucket, before the first request.
@@ -712,10 +712,10 @@ void CudaRunner::sample(std::span<const SampleRequest> requests, std::span<int32
   TANDEM_CHECK(out_tokens.size() >= requests.size());
   const int64_t V = config_.vocab_size;
   const int32_t valid = std::min<int32_t>(valid_vocab_, int32_t(V));
-  // Plain greedy rows (no penalties, nothing suppressed) take the one-pass argmax kernel; every
-  // other row goes through the device sampler. Only ids and per-row settings cross PCIe.
-  int32_t* rows_host = sample_host_.as<int32_t>();
-  int32_t* ids_host = rows_host + max_logits_;
+  // Plain greedy rows (no penalties, nothing suppressed) take the argmax kernel, which writes
+  // their ids straight into mapped host memory; every other row goes through the device
+  // sampler. Only ids and per-row settings cross PCIe.
+  std::vector<int32_t> greedy_rows;
   std::vector<size_t> greedy, others;
   for (size_t i = 0; i < requests.size(); ++i) {
     const SampleRequest& r = requests[i];
@@ -723,24 +723,20 @@ void CudaRunner::sample(std::span<const SampleRequest> requests, std::span<int32
     const ResolvedSampling& p = *r.params;
     if (p.greedy() && p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f &&
         p.frequency_penalty == 0.0f && r.suppress.empty()) {
-      rows_host[greedy.size()] = r.logit_index;
+      greedy_rows.push_back(r.logit_index);
       greedy.push_back(i);
     } else {
       others.push_back(i);
     }
   }
-  if (!greedy.empty()) {
-    const int32_t n = int32_t(greedy.size());
-    TANDEM_CUDA_CHECK(cudaMemcpyAsync(sample_rows_.ptr(), rows_host, size_t(n) * 4,
-                                      cudaMemcpyHostToDevice, stream_));
-    kernels::launch_argmax_rows(logits_.as<float>(), sample_rows_.as<int32_t>(), n, int32_t(V),
-                                valid, sampled_.as<int32_t>(), stream_);
-    TANDEM_CUDA_CHECK(
-        cudaMemcpyAsync(ids_host, sampled_.ptr(), size_t(n) * 4, cudaMemcpyDeviceToHost, stream_));
-  }
+  kernels::launch_argmax_rows(logits_.as<float>(), greedy_rows.data(),
+                              int32_t(greedy_rows.size()), int32_t(V), valid,
+                              argmax_scratch_.ptr(), argmax_scratch_.bytes(),
+                              greedy_ids_.device_ptr<int32_t>(), stream_);
   // Synchronises the stream, so the argmax ids above have landed too.
   sampler_.sample(logits_.as<float>(), valid, requests, others, out_tokens, stream_);
   if (others.empty() && !greedy.empty()) TANDEM_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  const int32_t* ids_host = greedy_ids_.as<int32_t>();
   for (size_t j = 0; j < greedy.size(); ++j) out_tokens[greedy[j]] = ids_host[j];
   // The stream is idle here, so a fresh clock anchor costs one event round trip.
   if (device_timing_ && trace_now_ns() - anchor_->host_ns > kAnchorRefreshNs) {

@@ -163,23 +163,22 @@ class CudaRunner final : public ModelRunner {
   int32_t num_sms_ = 1;
 
   // Activations.
-  DeviceBuffer residual_;       // [max_tokens, hidden] fp32
-  DeviceBuffer normed_;         // [max_tokens, hidden] bf16
-  DeviceBuffer qkv_;            // [max_tokens, (H + 2*KVH) * D] bf16
-  DeviceBuffer q_;              // [max_tokens, H * D] bf16
-  DeviceBuffer attn_;           // [max_tokens, H * D] bf16
-  DeviceBuffer delta_;          // [max_tokens, hidden] bf16
-  DeviceBuffer gate_up_;        // [max_tokens, 2 * intermediate] bf16
-  DeviceBuffer act_;            // [max_tokens, intermediate] bf16
-  DeviceBuffer picked_;         // [max_logits, hidden] bf16
-  DeviceBuffer logits_;         // [max_logits, vocab] fp32
-  DeviceBuffer prob_rows_;      // [opts.prob_rows, vocab] fp32: make_prob_rows' views
-  DeviceBuffer attn_partials_;  // [kDecodeSplitRows, H, D + 2] fp32: split-K decode states
-  DeviceBuffer sample_rows_;    // [max_logits] int32
-  DeviceBuffer sampled_;        // [max_logits] int32
-  PinnedBuffer sample_host_;    // [2 * max_logits] int32: rows in, tokens out
-  DeviceSampler sampler_;       // every row that is not plain greedy
-  bool device_timing_ = false;  // events around each forward, for trace spans
+  DeviceBuffer residual_;        // [max_tokens, hidden] fp32
+  DeviceBuffer normed_;          // [max_tokens, hidden] bf16
+  DeviceBuffer qkv_;             // [max_tokens, (H + 2*KVH) * D] bf16
+  DeviceBuffer q_;               // [max_tokens, H * D] bf16
+  DeviceBuffer attn_;            // [max_tokens, H * D] bf16
+  DeviceBuffer delta_;           // [max_tokens, hidden] bf16
+  DeviceBuffer gate_up_;         // [max_tokens, 2 * intermediate] bf16
+  DeviceBuffer act_;             // [max_tokens, intermediate] bf16
+  DeviceBuffer picked_;          // [max_logits, hidden] bf16
+  DeviceBuffer logits_;          // [max_logits, vocab] fp32
+  DeviceBuffer prob_rows_;       // [opts.prob_rows, vocab] fp32: make_prob_rows' views
+  DeviceBuffer attn_partials_;   // [kDecodeSplitRows, H, D + 2] fp32: split-K decode states
+  DeviceBuffer argmax_scratch_;  // kernels::argmax_scratch_bytes(vocab)
+  PinnedBuffer greedy_ids_;      // [max_logits] int32, mapped: the argmax kernel's output
+  DeviceSampler sampler_;        // every row that is not plain greedy
+  bool device_timing_ = false;   // events around each forward, for trace spans
   std::shared_ptr<const ClockAnchor> anchor_;
   std::shared_ptr<EventPool> event_pool_ = std::make_shared<EventPool>();
   std::shared_ptr<const DeviceInterval> last_interval_;
