@@ -1,7 +1,9 @@
 #include "prefill_attention.cuh"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <vector>
 
 #include "cuda_check.cuh"
 #include "mma_sm80.cuh"
@@ -44,9 +46,11 @@ __global__ void __launch_bounds__(kWarps * 32) prefill_attention_kernel(
   Smem<D>& sm = *reinterpret_cast<Smem<D>*>(smem_raw);
   const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
   const int g = lane >> 2, tig = lane & 3;  // mma fragment coordinates
-  const int h = blockIdx.y;
+  // Heads vary fastest, so blocks start in the plan's order of tiles (longest first), and a
+  // KV group's heads read the same K/V tiles at about the same time.
+  const int h = blockIdx.x;
   const int kvh = h / (s.num_heads / s.num_kv_heads);
-  const int t0 = tile_start[blockIdx.x], n = tile_len[blockIdx.x];
+  const int t0 = tile_start[blockIdx.y], n = tile_len[blockIdx.y];
   const int32_t* pages = page_ids + seq_page_start[token_seq[t0]];
   const int num_keys = positions[t0 + n - 1] + 1;
   const int64_t q_stride = int64_t(s.num_heads) * D;
@@ -207,13 +211,35 @@ void launch(const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_bfl
   // Above 48 KB a kernel must opt in (D = 128 needs ~70 KB; sm_80+ allow 99 KB or more).
   TANDEM_CUDA_CHECK(cudaFuncSetAttribute(prefill_attention_kernel<D>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  prefill_attention_kernel<D><<<dim3(num_tiles, shape.num_heads), kWarps * 32, smem, stream>>>(
+  prefill_attention_kernel<D><<<dim3(shape.num_heads, num_tiles), kWarps * 32, smem, stream>>>(
       q, k_cache, v_cache, tile_start, tile_len, token_seq, positions, seq_page_start, page_ids,
       shape, out);
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
+
+int32_t plan_prefill_tiles(const int32_t* q_start, const int32_t* q_len, const int32_t* context_len,
+                           int32_t num_seqs, int32_t* tile_start, int32_t* tile_len) {
+  struct Tile {
+    int32_t start, len, keys;
+  };
+  std::vector<Tile> tiles;
+  for (int32_t s = 0; s < num_seqs; ++s) {
+    for (int32_t i = 0; i < q_len[s]; i += kPrefillQueryTile) {
+      const int32_t len = std::min(kPrefillQueryTile, q_len[s] - i);
+      // The tile's last query sits at position context_len - q_len + i + len - 1.
+      tiles.push_back({q_start[s] + i, len, context_len[s] - q_len[s] + i + len});
+    }
+  }
+  std::stable_sort(tiles.begin(), tiles.end(),
+                   [](const Tile& a, const Tile& b) { return a.keys > b.keys; });
+  for (size_t i = 0; i < tiles.size(); ++i) {
+    tile_start[i] = tiles[i].start;
+    tile_len[i] = tiles[i].len;
+  }
+  return int32_t(tiles.size());
+}
 
 void launch_prefill_attention(const __nv_bfloat16* q, const __nv_bfloat16* k_cache,
                               const __nv_bfloat16* v_cache, const int32_t* tile_start,

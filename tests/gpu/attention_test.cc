@@ -179,14 +179,27 @@ void run_case(const Case& c) {
 
   // The tensor-core prefill kernel, over query tiles planned as the runner plans them.
   if (D % 16 == 0 && D <= 128) {
-    std::vector<int32_t> tile_start, tile_len;
+    std::vector<int32_t> starts, lens, ctxs;
+    size_t max_tiles = 0;
     int q_start = 0;
     for (auto [q, ctx] : c.seqs) {
-      for (int i = 0; i < q; i += kernels::kPrefillQueryTile) {
-        tile_start.push_back(q_start + i);
-        tile_len.push_back(std::min(kernels::kPrefillQueryTile, q - i));
-      }
+      starts.push_back(q_start), lens.push_back(q), ctxs.push_back(ctx);
+      max_tiles += size_t((q + kernels::kPrefillQueryTile - 1) / kernels::kPrefillQueryTile);
       q_start += q;
+    }
+    std::vector<int32_t> tile_start(max_tiles), tile_len(max_tiles);
+    const int32_t num_tiles =
+        kernels::plan_prefill_tiles(starts.data(), lens.data(), ctxs.data(), int32_t(c.seqs.size()),
+                                    tile_start.data(), tile_len.data());
+    REQUIRE(size_t(num_tiles) == max_tiles);
+    // Longest first: each tile reads no more keys than the one before it.
+    std::vector<int32_t> ctx_end(static_cast<size_t>(q_start));  // [T]: keys token t reads
+    for (size_t s = 0, t = 0; s < c.seqs.size(); ++s)
+      for (int i = 0; i < lens[s]; ++i, ++t) ctx_end[t] = ctxs[s] - lens[s] + i + 1;
+    for (int32_t i = 1; i < num_tiles; ++i) {
+      const int32_t prev = tile_start[size_t(i - 1)] + tile_len[size_t(i - 1)] - 1;
+      const int32_t cur = tile_start[size_t(i)] + tile_len[size_t(i)] - 1;
+      CHECK(ctx_end[size_t(prev)] >= ctx_end[size_t(cur)]);
     }
     Dev<int32_t> dts(tile_start), dtl(tile_len);
     auto run_prefill = [&] {
@@ -198,8 +211,8 @@ void run_case(const Case& c) {
                                     kernels::RopeKvShape{T, H, KVH, D, P}, dq.p, dk.p, dv.p,
                                     nullptr);
       kernels::launch_prefill_attention(
-          dq.p, dk.p, dv.p, dts.p, dtl.p, int32_t(tile_start.size()), dseq.p, dpos.p, dstart.p,
-          dpages.p, kernels::PagedAttentionShape{T, H, KVH, D, P, float(scale)}, dout.p, nullptr);
+          dq.p, dk.p, dv.p, dts.p, dtl.p, num_tiles, dseq.p, dpos.p, dstart.p, dpages.p,
+          kernels::PagedAttentionShape{T, H, KVH, D, P, float(scale)}, dout.p, nullptr);
       return to_f32(dout.get<uint16_t>());
     };
     const auto pout = run_prefill();

@@ -366,14 +366,18 @@ void CudaRunner::forward(const ForwardBatch& batch) {
   // Chunks of more than one token use the tensor-core prefill kernel over planned query tiles.
   num_tiles_ = 0;
   if (!decode_only && config_.head_dim % 16 == 0 && config_.head_dim <= 128) {
-    for (const SeqSlice& q : batch.seqs) {
-      for (int32_t i = 0; i < q.q_len; i += kernels::kPrefillQueryTile) {
-        m[off_tile_start_ + num_tiles_] = q.q_start + i;
-        m[off_tile_len_ + num_tiles_] = std::min(kernels::kPrefillQueryTile, q.q_len - i);
-        ++num_tiles_;
-      }
+    const auto n = static_cast<size_t>(S);
+    std::vector<int32_t> q_start(n), q_len(n), context_len(n);
+    int32_t tiles = 0;
+    for (int32_t s = 0; s < S; ++s) {
+      const SeqSlice& q = batch.seqs[size_t(s)];
+      q_start[size_t(s)] = q.q_start, q_len[size_t(s)] = q.q_len;
+      context_len[size_t(s)] = q.context_len;
+      tiles += (q.q_len + kernels::kPrefillQueryTile - 1) / kernels::kPrefillQueryTile;
     }
-    TANDEM_CHECK(num_tiles_ <= max_tiles_);
+    TANDEM_CHECK(tiles <= max_tiles_);
+    num_tiles_ = kernels::plan_prefill_tiles(q_start.data(), q_len.data(), context_len.data(), S,
+                                             m + off_tile_start_, m + off_tile_len_);
   }
   // Decode batches take the GQA kernel: K/V read once per KV head, keys in slices so that the
   // grid has kDecodeWarpsPerSm warps per SM, no slice shorter than the minimum. The scalar
@@ -729,9 +733,8 @@ void CudaRunner::sample(std::span<const SampleRequest> requests, std::span<int32
       others.push_back(i);
     }
   }
-  kernels::launch_argmax_rows(logits_.as<float>(), greedy_rows.data(),
-                              int32_t(greedy_rows.size()), int32_t(V), valid,
-                              argmax_scratch_.ptr(), argmax_scratch_.bytes(),
+  kernels::launch_argmax_rows(logits_.as<float>(), greedy_rows.data(), int32_t(greedy_rows.size()),
+                              int32_t(V), valid, argmax_scratch_.ptr(), argmax_scratch_.bytes(),
                               greedy_ids_.device_ptr<int32_t>(), stream_);
   // Synchronises the stream, so the argmax ids above have landed too.
   sampler_.sample(logits_.as<float>(), valid, requests, others, out_tokens, stream_);
