@@ -3,6 +3,7 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
 
 #include "cuda_check.cuh"
@@ -21,19 +22,23 @@ inline int32_t multiprocessors() {
   return count;
 }
 
-// Whether the current device has FP8 tensor cores (sm_89+), asked once per device.
+// Whether the current device has FP8 tensor cores (sm_89+), asked once per device. The two
+// stages' runners launch from their own threads, so the answers are atomics (two threads that
+// both ask first store the same answer).
 inline bool has_fp8_tensor_cores() {
-  static int known[64] = {};  // 0: not asked yet, 1: yes, 2: no
+  static std::atomic<int> known[64] = {};  // 0: not asked yet, 1: yes, 2: no
   int device = 0;
   TANDEM_CUDA_CHECK(cudaGetDevice(&device));
   if (device < 0 || device >= 64) return false;
-  if (known[device] == 0) {
+  int answer = known[device].load(std::memory_order_relaxed);
+  if (answer == 0) {
     int major = 0, minor = 0;
     TANDEM_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
     TANDEM_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-    known[device] = major * 10 + minor >= 89 ? 1 : 2;
+    answer = major * 10 + minor >= 89 ? 1 : 2;
+    known[device].store(answer, std::memory_order_relaxed);
   }
-  return known[device] == 1;
+  return answer == 1;
 }
 
 }  // namespace tandem::kernels
