@@ -16,6 +16,9 @@ namespace {
 // score accumulator's layout is the next mma's A-operand layout, so P never touches shared
 // memory). K/V tiles of 64 keys arrive by cp.async into two buffers: tile t + 1 is in flight
 // while tile t is computed (the Q tile is staged in the second buffer before the first copy).
+// Each tile's key rows are looked up in the page table once a row (row_base), not once a 16-byte
+// chunk, and only tiles that reach past a warp's first position are masked: ncu on the H200
+// 187 -> 147 us a 2,048-token 7B layer, TTFT 47.3 -> 46.0 ms (benchmarks/NOTES.md v25).
 constexpr int kWarps = 4;              // 16 query rows each
 constexpr int kQ = kPrefillQueryTile;  // 64
 constexpr int kKT = 64;                // keys per tile
@@ -27,6 +30,7 @@ template <int D>
 struct Smem {
   __nv_bfloat16 k[2][kKT][D + kPad];  // k[1] holds the Q tile (kQ == kKT rows) at the start
   __nv_bfloat16 v[2][kKT][D + kPad];
+  int64_t row_base[2][kKT];  // element offset of each key row of a tile in the K/V pages
   int pos[kQ];
 };
 static_assert(kQ == kKT, "the Q tile is staged in a K buffer");
@@ -73,25 +77,41 @@ __global__ void __launch_bounds__(kWarps * 32) prefill_attention_kernel(
   for (int kc = 0; kc < KC; ++kc) {
     ldmatrix_x4(qa[kc], &sq[w * 16 + (lane & 15)][kc * 16 + (lane >> 4) * 8]);
   }
-  // Tile kt's K and V rows into buffer b (zeros past the last key: 0 * V, not NaN). The page
-  // table is a few hundred bytes per sequence, so its lookups hit L1 after the first tile.
-  auto fetch = [&](int kt, int b) {
-    for (int i = tid; i < kKT * D8; i += blockDim.x) {
-      const int j = i / D8, c = (i % D8) * 8, key = kt + j;
-      int64_t base = 0;
+  // Where tile kt's key rows start in the pages, into row_base[b]: one page lookup (a division
+  // and a modulo by the page size) a row, not one a 16-byte chunk; -1 past the last key. The
+  // page table is a few hundred bytes per sequence, so its lookups hit L1 after the first tile.
+  auto plan_rows = [&](int kt, int b) {
+    for (int j = tid; j < kKT; j += blockDim.x) {
+      const int key = kt + j;
+      int64_t base = -1;
       if (key < num_keys) {
         const int64_t page = pages[key / s.page_size];
-        base = ((page * s.num_kv_heads + kvh) * s.page_size + key % s.page_size) * D + c;
+        base = ((page * s.num_kv_heads + kvh) * s.page_size + key % s.page_size) * D;
       }
-      const int bytes = key < num_keys ? 16 : 0;
-      cp_async16(&sm.k[b][j][c], k_cache + base, bytes);
-      cp_async16(&sm.v[b][j][c], v_cache + base, bytes);
+      sm.row_base[b][j] = base;
+    }
+  };
+  // Tile kt's K and V rows into buffer b (zeros past the last key: 0 * V, not NaN), from the
+  // row bases plan_rows wrote into row_base[b] before a barrier.
+  auto fetch = [&](int b) {
+    for (int i = tid; i < kKT * D8; i += blockDim.x) {
+      const int j = i / D8, c = (i % D8) * 8;
+      const int64_t base = sm.row_base[b][j];
+      const int64_t at = base < 0 ? 0 : base + c;
+      const int bytes = base < 0 ? 0 : 16;
+      cp_async16(&sm.k[b][j][c], k_cache + at, bytes);
+      cp_async16(&sm.v[b][j][c], v_cache + at, bytes);
     }
     cp_async_commit();
   };
-  __syncthreads();  // every warp holds its Q fragments: buffer 1 is free
-  fetch(0, 0);
+  plan_rows(0, 0);
+  __syncthreads();  // every warp holds its Q fragments: buffer 1 is free; row_base[0] is written
+  fetch(0);
+  plan_rows(kKT, 1);  // read by the first iteration's fetch, after its barrier
   const int pos0 = sm.pos[w * 16 + g], pos1 = sm.pos[w * 16 + g + 8];
+  // Every row of this warp sees every key up to here: tiles that end at or before it need no
+  // causal mask (padding rows hold the tile's first position, so they count too).
+  const int warp_first = __reduce_min_sync(0xffffffffu, min(pos0, pos1));
   const float scale = s.scale * kLog2e;  // scores in log2 units: exp2 instead of exp
   float m0 = -INFINITY, m1 = -INFINITY;  // running max of rows g and g + 8
   float l0 = 0.0f, l1 = 0.0f;            // this thread's share of the running sums
@@ -102,7 +122,10 @@ __global__ void __launch_bounds__(kWarps * 32) prefill_attention_kernel(
   for (int kt = 0, buf = 0; kt < num_keys; kt += kKT, buf ^= 1) {
     cp_async_wait<0>();
     __syncthreads();  // tile kt has landed for every thread; every warp is done with tile kt - 1
-    if (kt + kKT < num_keys) fetch(kt + kKT, buf ^ 1);
+    if (kt + kKT < num_keys) fetch(buf ^ 1);
+    // The rows after next into row_base[buf]: this tile's fetch read it before the barrier
+    // above, and the next iteration's fetch reads it after the barrier there.
+    if (kt + 2 * kKT < num_keys) plan_rows(kt + 2 * kKT, buf);
     const auto& sk = sm.k[buf];
     const auto& sv = sm.v[buf];
 
@@ -124,13 +147,24 @@ __global__ void __launch_bounds__(kWarps * 32) prefill_attention_kernel(
     // Causal mask by position, then the online softmax of rows g and g + 8 (a row's 64 scores
     // are spread over the 4 threads of a quad).
     float mx0 = -INFINITY, mx1 = -INFINITY;
+    if (kt + kKT - 1 > warp_first) {
+#pragma unroll
+      for (int j = 0; j < ST; ++j) {
+        const int key = kt + j * 8 + tig * 2;
+        sc[j][0] = key <= pos0 ? sc[j][0] * scale : -INFINITY;
+        sc[j][1] = key + 1 <= pos0 ? sc[j][1] * scale : -INFINITY;
+        sc[j][2] = key <= pos1 ? sc[j][2] * scale : -INFINITY;
+        sc[j][3] = key + 1 <= pos1 ? sc[j][3] * scale : -INFINITY;
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < ST; ++j) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) sc[j][e] *= scale;
+      }
+    }
 #pragma unroll
     for (int j = 0; j < ST; ++j) {
-      const int key = kt + j * 8 + tig * 2;
-      sc[j][0] = key <= pos0 ? sc[j][0] * scale : -INFINITY;
-      sc[j][1] = key + 1 <= pos0 ? sc[j][1] * scale : -INFINITY;
-      sc[j][2] = key <= pos1 ? sc[j][2] * scale : -INFINITY;
-      sc[j][3] = key + 1 <= pos1 ? sc[j][3] * scale : -INFINITY;
       mx0 = fmaxf(mx0, fmaxf(sc[j][0], sc[j][1]));
       mx1 = fmaxf(mx1, fmaxf(sc[j][2], sc[j][3]));
     }
