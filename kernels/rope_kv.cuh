@@ -16,7 +16,7 @@ struct RopeKvShape {
   int32_t num_tokens = 0;
   int32_t num_heads = 0;
   int32_t num_kv_heads = 0;
-  int32_t head_dim = 0;  // even, <= 256
+  int32_t head_dim = 0;  // a multiple of 8, <= 256
   int32_t page_size = 0;
 };
 
@@ -36,11 +36,13 @@ struct RopeKvTarget {
 #ifdef __CUDACC__
 
 // Dims i and i + D/2 of head h (q heads, then k heads, then v heads) of token t, as the q|k|v
-// projection stored them in bf16 (x1, x2, before the bias): bias added, q and k rotated, q to
-// q_out, k and v to the token's KV slot. The one epilogue of launch_rope_kv_write and the
-// fused launch_qkv_rope_gemv, so the two give the same bits.
-__device__ __forceinline__ void rope_store_pair(const RopeKvTarget& a, int t, int h, int i,
-                                                float x1, float x2) {
+// projection stored them in bf16 (x1, x2, before the bias), with (sn, cs) the sine and cosine
+// of the token's angle i (rope_angle): bias added, q and k rotated, q to q_out, k and v to the
+// token's KV slot. The one epilogue of launch_rope_kv_write and of the fused GEMVs
+// (rope_store_pair), so that they give the same bits: the products are fused explicitly, not left
+// to the compiler's contraction, which may differ between kernels.
+__device__ __forceinline__ void rope_store_pair_at(const RopeKvTarget& a, int t, int h, int i,
+                                                   float x1, float x2, float sn, float cs) {
   const int D = a.s.head_dim, half = D / 2;
   const int qk_heads = a.s.num_heads + a.s.num_kv_heads;
   const int c = h * D + i;
@@ -49,9 +51,7 @@ __device__ __forceinline__ void rope_store_pair(const RopeKvTarget& a, int t, in
     x2 += a.bias[c + half];
   }
   if (h < qk_heads) {
-    float sn, cs;
-    sincosf(float(a.positions[t]) * a.inv_freq[i], &sn, &cs);
-    const float y1 = x1 * cs - x2 * sn, y2 = x2 * cs + x1 * sn;
+    const float y1 = fmaf(x1, cs, -(x2 * sn)), y2 = fmaf(x2, cs, x1 * sn);
     x1 = y1;
     x2 = y2;
   }
@@ -67,6 +67,20 @@ __device__ __forceinline__ void rope_store_pair(const RopeKvTarget& a, int t, in
   const int64_t base = ((page * a.s.num_kv_heads + kh) * a.s.page_size + off) * D;
   cache[base + i] = __float2bfloat16(x1);
   cache[base + i + half] = __float2bfloat16(x2);
+}
+
+// The sine and cosine of token t's rotary angle i.
+__device__ __forceinline__ void rope_angle(const RopeKvTarget& a, int t, int i, float* sn,
+                                           float* cs) {
+  sincosf(float(a.positions[t]) * a.inv_freq[i], sn, cs);
+}
+
+// rope_store_pair_at with the angle computed here (v heads need none).
+__device__ __forceinline__ void rope_store_pair(const RopeKvTarget& a, int t, int h, int i,
+                                                float x1, float x2) {
+  float sn = 0.0f, cs = 1.0f;
+  if (h < a.s.num_heads + a.s.num_kv_heads) rope_angle(a, t, i, &sn, &cs);
+  rope_store_pair_at(a, t, h, i, x1, x2, sn, cs);
 }
 #endif
 
