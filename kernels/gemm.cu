@@ -1,12 +1,10 @@
 #include "gemm.cuh"
 
-#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 
 #include "cublas_check.cuh"
 #include "cuda_check.cuh"
-#include "env_knob.h"
 
 namespace tandem::kernels {
 
@@ -27,8 +25,7 @@ GemmContext::Layouts GemmContext::make_layouts(int32_t m, int32_t n, int32_t k, 
 }
 
 const cublasLtMatmulAlgo_t& GemmContext::searched(int32_t m_bucket, int32_t n, int32_t k,
-                                                  bool out_f32, const GemmTuneOperands* tune,
-                                                  int32_t max_m) {
+                                                  bool out_f32) {
   const Key key{m_bucket, n, k, out_f32};
   auto it = algos_.find(key);
   if (it != algos_.end()) return it->second;
@@ -37,58 +34,17 @@ const cublasLtMatmulAlgo_t& GemmContext::searched(int32_t m_bucket, int32_t n, i
   TANDEM_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   TANDEM_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
       pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes_, sizeof(workspace_bytes_)));
-  static const bool tuning = env_choice("TANDEM_GEMM_TUNE", {0, 1}, 1) == 1;
-  const bool timed = tune != nullptr && tuning && m_bucket >= kTuneMinRows;
-  cublasLtMatmulHeuristicResult_t offers[kTuneCandidates] = {};
+  cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  TANDEM_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle_, l.op, l.a, l.b, l.c, l.c, pref,
-                                                     timed ? kTuneCandidates : 1, offers, &found));
+  TANDEM_CUBLAS_CHECK(
+      cublasLtMatmulAlgoGetHeuristic(handle_, l.op, l.a, l.b, l.c, l.c, pref, 1, &result, &found));
   cublasLtMatmulPreferenceDestroy(pref);
   destroy_layouts(l);
   if (found == 0) {
     std::fprintf(stderr, "cuBLASLt: no algorithm for m=%d n=%d k=%d\n", m_bucket, n, k);
     std::abort();
   }
-  // The operands hold max_m rows; the last bucket may be longer than that.
-  const int pick =
-      timed ? fastest(offers, found, std::min(m_bucket, max_m), n, k, out_f32, *tune) : 0;
-  return algos_.emplace(key, offers[pick].algo).first->second;
-}
-
-int GemmContext::fastest(const cublasLtMatmulHeuristicResult_t* offers, int count, int32_t m,
-                         int32_t n, int32_t k, bool out_f32, const GemmTuneOperands& tune) {
-  Layouts l = make_layouts(m, n, k, out_f32, n);
-  cudaEvent_t start, stop;
-  TANDEM_CUDA_CHECK(cudaEventCreate(&start));
-  TANDEM_CUDA_CHECK(cudaEventCreate(&stop));
-  const float alpha = 1.0f, beta = 0.0f;
-  constexpr int kRuns = 3;  // after one untimed run
-  float first_ms = 0.0f, best_ms = 0.0f;
-  int best = 0;
-  for (int i = 0; i < count; ++i) {
-    if (offers[i].workspaceSize > workspace_bytes_) continue;
-    auto launch = [&] {
-      return cublasLtMatmul(handle_, l.op, &alpha, tune.w, l.a, tune.x, l.b, &beta, tune.y, l.c,
-                            tune.y, l.c, &offers[i].algo, workspace_, workspace_bytes_,
-                            tune.stream);
-    };
-    if (launch() != CUBLAS_STATUS_SUCCESS) continue;  // an offer this m does not take
-    TANDEM_CUDA_CHECK(cudaEventRecord(start, tune.stream));
-    for (int r = 0; r < kRuns; ++r) TANDEM_CUBLAS_CHECK(launch());
-    TANDEM_CUDA_CHECK(cudaEventRecord(stop, tune.stream));
-    TANDEM_CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0.0f;
-    TANDEM_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    if (i == 0) first_ms = best_ms = ms;
-    if (i > 0 && ms < best_ms && ms < first_ms * (1.0f - kTuneMargin)) {
-      best_ms = ms;
-      best = i;
-    }
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  destroy_layouts(l);
-  return best;
+  return algos_.emplace(key, result.algo).first->second;
 }
 
 GemmContext::Plan& GemmContext::plan(int32_t m, int32_t n, int32_t k, bool out_f32, int32_t ldy) {
@@ -111,10 +67,8 @@ GemmContext::Plan& GemmContext::plan(int32_t m, int32_t n, int32_t k, bool out_f
   return plans_.emplace(key, p).first->second;
 }
 
-void GemmContext::prepare(int32_t max_m, int32_t n, int32_t k, bool out_f32,
-                          const GemmTuneOperands* tune) {
-  for (int32_t m = 1; m <= max_m; m = bucket(m) + 1)
-    searched(bucket(m), n, k, out_f32, tune, max_m);
+void GemmContext::prepare(int32_t max_m, int32_t n, int32_t k, bool out_f32) {
+  for (int32_t m = 1; m <= max_m; m = bucket(m) + 1) searched(bucket(m), n, k, out_f32);
 }
 
 void GemmContext::run(const __nv_bfloat16* x, const __nv_bfloat16* w, int32_t m, int32_t n,

@@ -15,16 +15,6 @@
 
 namespace tandem::kernels {
 
-// Operands an algorithm search may time its candidates on (GemmContext::prepare): x [max_m, k],
-// w [n, k] and y [max_m, n] (bf16, or fp32 for an fp32 output) of the shape being prepared.
-// Their contents are overwritten (y) or only read; any values do.
-struct GemmTuneOperands {
-  const __nv_bfloat16* x = nullptr;
-  const __nv_bfloat16* w = nullptr;
-  void* y = nullptr;
-  cudaStream_t stream = nullptr;
-};
-
 class GemmContext {
  public:
   explicit GemmContext(size_t workspace_bytes = 32u << 20);
@@ -42,18 +32,8 @@ class GemmContext {
 
   // Runs the algorithm search for every row bucket up to max_m of one weight shape, so no
   // request pays for it later (the search costs milliseconds per shape; prompts end in chunks
-  // of every length). With `tune`, buckets of kTuneMinRows rows or more take the fastest of
-  // cuBLASLt's first kTuneCandidates offers, timed on those operands, where it beats the first
-  // offer by kTuneMargin (TANDEM_GEMM_TUNE=0: the first offer always).
-  void prepare(int32_t max_m, int32_t n, int32_t k, bool out_f32,
-               const GemmTuneOperands* tune = nullptr);
-
-  // Measured on the H200 (bench_gemm_algos, NOTES.md v25): at 2,048 rows the first offer ran a
-  // 7B layer's o at 71.7 us and down at 356.9 against 66.6 and 333.1 for other offers.
-  static constexpr int32_t kTuneMinRows = 64;
-  static constexpr int kTuneCandidates = 8;
-  static constexpr float kTuneMargin = 0.03f;  // the first offer unless 3% slower: timing noise
-                                               // must not change the algorithm (and the bits)
+  // of every length).
+  void prepare(int32_t max_m, int32_t n, int32_t k, bool out_f32);
 
   // Rows are searched in buckets (multiples of 16 up to 256, of 64 above): an algorithm found
   // for the bucket serves every m in it, after cublasLtMatmulAlgoCheck accepts it for that m.
@@ -65,12 +45,7 @@ class GemmContext {
   using Key = std::tuple<int32_t, int32_t, int32_t, bool>;               // m, n, k, fp32 output
   using PlanKey = std::tuple<int32_t, int32_t, int32_t, bool, int32_t>;  // Key and ldy
   Layouts make_layouts(int32_t m, int32_t n, int32_t k, bool out_f32, int32_t ldy) const;
-  const cublasLtMatmulAlgo_t& searched(int32_t m_bucket, int32_t n, int32_t k, bool out_f32,
-                                       const GemmTuneOperands* tune = nullptr, int32_t max_m = 0);
-  // The index among `offers` of the fastest on `tune` at m rows (0 unless it beats offer 0 by
-  // kTuneMargin).
-  int fastest(const cublasLtMatmulHeuristicResult_t* offers, int count, int32_t m, int32_t n,
-              int32_t k, bool out_f32, const GemmTuneOperands& tune);
+  const cublasLtMatmulAlgo_t& searched(int32_t m_bucket, int32_t n, int32_t k, bool out_f32);
   Plan& plan(int32_t m, int32_t n, int32_t k, bool out_f32, int32_t ldy);  // per exact m
 
   cublasLtHandle_t handle_ = nullptr;

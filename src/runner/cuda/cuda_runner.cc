@@ -189,23 +189,12 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig& config
   r->greedy_ids_ = PinnedBuffer(size_t(L * 4), /*mapped=*/true);
   r->sampler_ = DeviceSampler(config.vocab_size, int32_t(L));
   TANDEM_TRY(r->make_linear_scratch());
-  // Every GEMM shape's algorithm search, for every row bucket, before the first request; the
-  // searches time their offers on the activation buffers each Linear reads and writes (the
-  // first layer's: later layers share its shapes).
+  // Every GEMM shape's algorithm search, for every row bucket, before the first request.
   for (const DeviceLayer& l : r->weights_.layers) {
-    const std::pair<const DeviceLinear*, std::pair<DeviceBuffer*, DeviceBuffer*>> linears[] = {
-        {&l.qkv, {&r->normed_, &r->qkv_}},
-        {&l.o, {&r->attn_, &r->delta_}},
-        {&l.gate_up, {&r->normed_, &r->gate_up_}},
-        {&l.down, {&r->act_, &r->delta_}}};
-    for (const auto& [lin, io] : linears) {
-      prepare_linear(*lin, int32_t(T), false, r->linear_scratch_, io.first->ptr(), io.second->ptr(),
-                     r->stream_);
-    }
+    for (const DeviceLinear* lin : {&l.qkv, &l.o, &l.gate_up, &l.down})
+      prepare_linear(*lin, int32_t(T), false, r->linear_scratch_);
   }
-  const kernels::GemmTuneOperands head{r->picked_.as<__nv_bfloat16>(), r->weights_.lm_head(),
-                                       r->logits_.ptr(), r->stream_};
-  r->gemm_->prepare(int32_t(L), int32_t(config.vocab_size), int32_t(H), true, &head);
+  r->gemm_->prepare(int32_t(L), int32_t(config.vocab_size), int32_t(H), true);
   r->device_timing_ = opts.device_timing;
   if (r->device_timing_) r->anchor_ = make_clock_anchor(r->stream_);
   const int64_t free_activations = free_now();

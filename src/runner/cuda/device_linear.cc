@@ -176,18 +176,13 @@ void run_linear_prequantized(const DeviceLinear& w, int32_t m, void* y, bool out
   run_w8a8_quantized(w.parts[0], w.k, w.n, /*group=*/w.k, m, y, out_f32, s, stream, pdl);
 }
 
-void prepare_linear(const DeviceLinear& w, int32_t max_m, bool out_f32, const LinearScratch& s,
-                    const void* x, void* y, cudaStream_t stream) {
+void prepare_linear(const DeviceLinear& w, int32_t max_m, bool out_f32, const LinearScratch& s) {
   for (const DeviceLinearPart& p : w.parts) {
     if (w8a8(p)) {
       s.fp8_gemm->prepare(max_m, p.rows, w.k, p.fp8_block, out_f32);
-      continue;
+    } else {
+      s.gemm->prepare(max_m, p.rows, w.k, out_f32);
     }
-    // A quantized part's prefill GEMM reads its dequantized copy: time on that buffer.
-    const auto* weights = p.format == QuantFormat::kNone ? p.weight.as<__nv_bfloat16>()
-                                                         : s.dequant.as<__nv_bfloat16>();
-    const kernels::GemmTuneOperands tune{static_cast<const __nv_bfloat16*>(x), weights, y, stream};
-    s.gemm->prepare(max_m, p.rows, w.k, out_f32, x != nullptr && y != nullptr ? &tune : nullptr);
   }
 }
 

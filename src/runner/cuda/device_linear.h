@@ -98,12 +98,9 @@ void run_linear_prequantized(const DeviceLinear& w, int32_t m, void* y, bool out
                              const LinearScratch& scratch, cudaStream_t stream, bool pdl = false);
 
 // The algorithm searches of every GEMM shape `w` can reach with up to max_m rows, and the sizes
-// its parts need from LinearScratch (rows x k of a dequantized part; whether W8A8 runs). x
-// [max_m, k] and y [max_m, n] are scratch the bf16 GEMMs' searches may time their offers on
-// (kernels::GemmTuneOperands); null: no timing.
+// its parts need from LinearScratch (rows x k of a dequantized part; whether W8A8 runs).
 void prepare_linear(const DeviceLinear& w, int32_t max_m, bool out_f32,
-                    const LinearScratch& scratch, const void* x = nullptr, void* y = nullptr,
-                    cudaStream_t stream = nullptr);
+                    const LinearScratch& scratch);
 int64_t dequant_scratch_elements(const DeviceLinear& w);
 bool needs_fp8_gemm(const DeviceLinear& w);
 
