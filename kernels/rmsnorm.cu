@@ -105,23 +105,15 @@ __global__ void __launch_bounds__(kMaxThreads)
   if (threadIdx.x == 0) quant.x_scale[blockIdx.x] = scale;
 }
 
-// Rows from which a block takes 16 elements a thread: a prefill chunk's rows. With 896 threads
-// a row (4 each), a 2,048-token 7B chunk ran 2 blocks an SM, 7.75 rounds of a row's latency
-// chain: 30.8 us a norm (ncu, H200; 88 MB, 2.9 TB/s). Decode rows keep the wide blocks, whose
-// one-row latency is shorter.
-constexpr int32_t kManyRows = 256;
-
-// One block a row, 4 elements a thread up to 4,096 features, 8 up to 8,192 (more is refused),
-// 16 a thread for kManyRows rows or more: launch(per_thread as std::integral_constant, threads).
+// One block a row, 4 elements a thread up to 4,096 features, 8 up to 8,192 (more is refused):
+// launch(per_thread = 4 or 8 as std::integral_constant, threads).
 template <typename Launch>
-void launch_rows(const char* what, int32_t rows, int32_t width, Launch&& launch) {
+void launch_rows(const char* what, int32_t width, Launch&& launch) {
   if (width > kMaxThreads * 8) {
     std::fprintf(stderr, "%s: width %d over %d\n", what, width, kMaxThreads * 8);
     std::abort();
   }
-  if (rows >= kManyRows) {
-    launch(std::integral_constant<int, 16>{}, std::max(32, ((width + 15) / 16 + 31) / 32 * 32));
-  } else if (width <= kMaxThreads * 4) {
+  if (width <= kMaxThreads * 4) {
     const int threads = std::max(32, ((width + 3) / 4 + 31) / 32 * 32);
     launch(std::integral_constant<int, 4>{}, std::min(threads, kMaxThreads));
   } else {
@@ -136,7 +128,7 @@ void launch_add_rmsnorm_fp8(float* residual, const __nv_bfloat16* delta, const f
                             int32_t rows, int32_t width, float eps, __nv_bfloat16* out,
                             const Fp8RowQuant& quant, cudaStream_t stream, bool pdl) {
   if (rows == 0) return;
-  launch_rows("add_rmsnorm_fp8", rows, width, [&](auto per_thread, int threads) {
+  launch_rows("add_rmsnorm_fp8", width, [&](auto per_thread, int threads) {
     pdl::launch(pdl, add_rmsnorm_fp8_kernel<decltype(per_thread)::value>, rows, threads, 0, stream,
                 residual, delta, weight, width, eps, out, quant);
   });
@@ -146,7 +138,7 @@ void launch_add_rmsnorm(float* residual, const __nv_bfloat16* delta, const float
                         int32_t rows, int32_t width, float eps, __nv_bfloat16* out,
                         cudaStream_t stream, bool pdl) {
   if (rows == 0) return;
-  launch_rows("add_rmsnorm", rows, width, [&](auto per_thread, int threads) {
+  launch_rows("add_rmsnorm", width, [&](auto per_thread, int threads) {
     pdl::launch(pdl, add_rmsnorm_kernel<decltype(per_thread)::value>, rows, threads, 0, stream,
                 residual, delta, weight, width, eps, out);
   });

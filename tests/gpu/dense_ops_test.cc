@@ -223,7 +223,7 @@ TEST_CASE("gemv_swiglu over NormedRows matches add_rmsnorm then gemv_swiglu") {
 }
 
 TEST_CASE("add_rmsnorm: residual add in fp32, normalised bf16 output") {
-  // 300 and 257 rows: a prefill chunk's blocks of 16 elements a thread (kManyRows).
+  // 300 and 257 rows: prefill-sized batches of rows.
   for (auto [rows, width] : {std::pair{1, 64}, std::pair{3, 1000}, std::pair{17, 3584},
                              std::pair{2, 8192}, std::pair{300, 3584}, std::pair{257, 1000}}) {
     CAPTURE(rows);

@@ -265,7 +265,7 @@ TEST_CASE("add_rmsnorm_fp8: add_rmsnorm's bits, then launch_fp8_quantize's on it
   };
   // Widths of one thread's 4 and 8 values, one not a multiple of the block; rows of very
   // different magnitudes and one zero row (the dynamic scale's floor).
-  // 260 rows: a prefill chunk's blocks of 16 elements a thread.
+  // 260 rows: a prefill-sized batch.
   for (auto [m, k] : {std::pair{1, 896}, std::pair{3, 1040}, std::pair{2, 3584}, std::pair{2, 4112},
                       std::pair{1, 8192}, std::pair{260, 4112}}) {
     for (Case c : {Case{false, 0.0f}, Case{false, 0.5f}, Case{true, 0.0f}}) {
