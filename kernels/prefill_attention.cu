@@ -254,7 +254,8 @@ void launch(const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_bfl
 }  // namespace
 
 int32_t plan_prefill_tiles(const int32_t* q_start, const int32_t* q_len, const int32_t* context_len,
-                           int32_t num_seqs, int32_t* tile_start, int32_t* tile_len) {
+                           int32_t num_seqs, int32_t capacity, int32_t* tile_start,
+                           int32_t* tile_len) {
   struct Tile {
     int32_t start, len, keys;
   };
@@ -265,6 +266,11 @@ int32_t plan_prefill_tiles(const int32_t* q_start, const int32_t* q_len, const i
       // The tile's last query sits at position context_len - q_len + i + len - 1.
       tiles.push_back({q_start[s] + i, len, context_len[s] - q_len[s] + i + len});
     }
+  }
+  if (tiles.size() > size_t(capacity)) {
+    std::fprintf(stderr, "plan_prefill_tiles: %zu tiles over the capacity of %d\n", tiles.size(),
+                 capacity);
+    std::abort();
   }
   std::stable_sort(tiles.begin(), tiles.end(),
                    [](const Tile& a, const Tile& b) { return a.keys > b.keys; });

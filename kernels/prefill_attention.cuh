@@ -22,11 +22,12 @@ constexpr int32_t kPrefillQueryTile = 64;
 // causal prompt's grid ended on its longest tiles: with 3 blocks an SM, a 2,048-token prompt's
 // 28 heads x 32 tiles take ~59 tile-times in order against ~40 longest first (list scheduling);
 // measured on the H200, its TTFT went 49.4 -> 48.2 ms (benchmarks/NOTES.md v24).
-// Writes tile_start / tile_len; returns the number of tiles.
+// Writes tile_start / tile_len; returns the number of tiles. More tiles than `capacity` (the
+// outputs' length) abort before anything is written.
 int32_t plan_prefill_tiles(const int32_t* q_start, const int32_t* q_len, const int32_t* context_len,
-                           int32_t num_seqs,
-                           int32_t* tile_start,  // [sum of ceil(q_len / tile)] out
-                           int32_t* tile_len);   // [same] out
+                           int32_t num_seqs, int32_t capacity,
+                           int32_t* tile_start,  // [capacity] out
+                           int32_t* tile_len);   // [capacity] out
 
 // head_dim % 16 == 0 and <= 128. Tile i covers tokens [tile_start[i], tile_start[i] +
 // tile_len[i]) of one sequence, 1 <= tile_len <= kPrefillQueryTile.

@@ -190,7 +190,7 @@ void run_case(const Case& c) {
     std::vector<int32_t> tile_start(max_tiles), tile_len(max_tiles);
     const int32_t num_tiles =
         kernels::plan_prefill_tiles(starts.data(), lens.data(), ctxs.data(), int32_t(c.seqs.size()),
-                                    tile_start.data(), tile_len.data());
+                                    int32_t(max_tiles), tile_start.data(), tile_len.data());
     REQUIRE(size_t(num_tiles) == max_tiles);
     // Longest first: each tile reads no more keys than the one before it.
     std::vector<int32_t> ctx_end(static_cast<size_t>(q_start));  // [T]: keys token t reads

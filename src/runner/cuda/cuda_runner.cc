@@ -368,16 +368,13 @@ void CudaRunner::forward(const ForwardBatch& batch) {
   if (!decode_only && config_.head_dim % 16 == 0 && config_.head_dim <= 128) {
     const auto n = static_cast<size_t>(S);
     std::vector<int32_t> q_start(n), q_len(n), context_len(n);
-    int32_t tiles = 0;
     for (int32_t s = 0; s < S; ++s) {
       const SeqSlice& q = batch.seqs[size_t(s)];
       q_start[size_t(s)] = q.q_start, q_len[size_t(s)] = q.q_len;
       context_len[size_t(s)] = q.context_len;
-      tiles += (q.q_len + kernels::kPrefillQueryTile - 1) / kernels::kPrefillQueryTile;
     }
-    TANDEM_CHECK(tiles <= max_tiles_);
     num_tiles_ = kernels::plan_prefill_tiles(q_start.data(), q_len.data(), context_len.data(), S,
-                                             m + off_tile_start_, m + off_tile_len_);
+                                             max_tiles_, m + off_tile_start_, m + off_tile_len_);
   }
   // Decode batches take the GQA kernel: K/V read once per KV head, keys in slices so that the
   // grid has kDecodeWarpsPerSm warps per SM, no slice shorter than the minimum. The scalar
