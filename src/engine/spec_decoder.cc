@@ -247,8 +247,8 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
       ks[i] = 0;
       continue;
     }
-    // Room for the proposals in both caches, else fewer of them. The draft computes all k of its
-    // own proposals (the last one beside the verify pass, below).
+    // Room for the proposals in both caches, else fewer of them (the draft computes its last
+    // proposal's K/V in the next step's first round, below).
     while (k > 0 && !(seq.pages.reserve(target_pool, len + k, page_size) &&
                       seq.draft_pages.reserve(draft_pool_, len + k, page_size))) {
       --k;
@@ -377,29 +377,12 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
   const double t0 = now_ms();
   timing_.verify_start_ns = timing_.draft_end_ns;
   target_.forward(ForwardBatch{tokens, slices, rows});
-  // The draft computes its last proposal's KV while the target verifies (on the CUDA runners a
-  // second stream of the same device; the CPU runner runs it in turn). When every proposal is
-  // accepted, the next step's first draft round then carries only the bonus token, one token a
-  // sequence (a folded, graph-replayed step) instead of two; on a rejection the extra KV lies
-  // past what commit() keeps and is overwritten.
-  {
-    std::vector<int32_t> last;
-    std::vector<SeqSlice> last_slices;
-    for (size_t i = 0; i < n; ++i) {
-      if (ks[i] == 0) continue;
-      Sequence& seq = *seqs[i];
-      SeqSlice s;
-      s.q_start = int32_t(last.size());
-      s.q_len = 1;
-      s.context_len = int32_t(seq.draft_computed + 1);
-      s.pages = seq.draft_pages.pages;
-      last.push_back(proposals[i].back());
-      last_slices.push_back(s);
-      seq.draft_computed += 1;
-      seq.draft_pages.num_tokens = seq.draft_computed;
-    }
-    if (!last.empty()) draft_.forward(ForwardBatch{last, last_slices, {}});
-  }
+  // The draft's last proposal has no K/V yet: the next step's first round computes it beside
+  // the bonus token (two query tokens a sequence, a graph-replayed step on the CUDA runner), or
+  // never, when the proposal is rejected. A pass of its own beside this verify (a second stream
+  // of the same device) cost more than that second token: the graphed verify no longer leaves
+  // gaps for it (batch 1, k = 4: 1.71-1.72x -> 1.73-1.75x fixed, 1.77-1.78x -> 1.84-1.86x
+  // adaptive; H200, NOTES.md v26).
   // Greedy sequences: the target's processed argmax of each of their k + 1 rows through
   // sample(), ids only. Sampled sequences: probability rows for the rejection rule (below).
   std::vector<std::vector<int32_t>> histories(rows.size()), bans(rows.size());

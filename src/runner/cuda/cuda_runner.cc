@@ -45,6 +45,15 @@ constexpr int64_t kDecodeWarpsPerSm = 8;
 // Minimum slices of 64/128/256 keys measured slower there (7B 3.94/4.05/4.27 vs 3.89 ms), and
 // with multi-warp blocks at a 2k context too (64/128: 4.26/4.43 vs 4.15 ms; NOTES.md v10).
 constexpr int64_t kDecodeTcMinSliceKeys = 32;
+// Batches of a few query tokens a sequence (a speculative verify of k + 1 tokens, a short prompt
+// chunk) are decode-shaped: the tensor-core decode kernel takes their attention (each token its
+// own causal length, positions[t] + 1 keys), not the prefill kernel's 64-row query tiles, and the
+// step is captured as a graph like a decode step (its launches depend on the token, logit and
+// slice counts only; the rest is in the metadata). Qwen2.5-7B, 5 tokens of one sequence at a
+// 128-token context (H200, NOTES.md v26): 4.41 / 4.40 ms a step -> 4.13 / 4.10 as a graph,
+// 4.02 / 4.04 with the decode kernel too. Bounded so that the graphs stay few.
+constexpr int32_t kSmallQueryMaxLen = 16;
+constexpr int32_t kSmallQueryMaxTokens = 32;
 // Folding the RMSNorms into the GEMVs (CudaRunner::folds_norms) has every block of the
 // consuming GEMV normalise the whole row for itself. Measured on the H200 (NOTES.md v9): a
 // Qwen2.5-0.5B step (896 features) 1.24 -> 1.16 ms; Qwen2.5-7B (3,584) 4.52 -> 4.62 ms at batch
@@ -331,6 +340,7 @@ void CudaRunner::forward(const ForwardBatch& batch) {
   TANDEM_CUDA_CHECK(cudaEventSynchronize(meta_copied_));
   int32_t* m = meta_host_.as<int32_t>();
   bool decode_only = T == S;
+  int32_t max_q = 0;
   int32_t refs = 0;
   for (int32_t s = 0; s < S; ++s) {
     const SeqSlice& q = batch.seqs[size_t(s)];
@@ -338,6 +348,7 @@ void CudaRunner::forward(const ForwardBatch& batch) {
     TANDEM_CHECK(int64_t(q.pages.size()) * page_size_ >= q.context_len,
                  "sequence %d: %zu pages for %d tokens", s, q.pages.size(), q.context_len);
     decode_only = decode_only && q.q_len == 1;
+    max_q = std::max(max_q, q.q_len);
     const int32_t npages = (q.context_len + page_size_ - 1) / page_size_;
     TANDEM_CHECK(refs + npages <= max_page_refs_);
     m[off_seq_page_start_ + s] = refs;
@@ -363,9 +374,13 @@ void CudaRunner::forward(const ForwardBatch& batch) {
     TANDEM_CHECK(batch.logit_rows[size_t(i)] >= 0 && batch.logit_rows[size_t(i)] < T);
     m[off_logit_rows_ + i] = batch.logit_rows[size_t(i)];
   }
-  // Chunks of more than one token use the tensor-core prefill kernel over planned query tiles.
+  const int64_t group = config_.num_heads / config_.num_kv_heads;
+  const bool small_q = !decode_only && max_q <= kSmallQueryMaxLen && T <= kSmallQueryMaxTokens &&
+                       group <= kernels::kDecodeMaxGroup &&
+                       kernels::decode_attention_tensor_cores(int32_t(config_.head_dim));
+  // Longer chunks use the tensor-core prefill kernel over planned query tiles.
   num_tiles_ = 0;
-  if (!decode_only && config_.head_dim % 16 == 0 && config_.head_dim <= 128) {
+  if (!decode_only && !small_q && config_.head_dim % 16 == 0 && config_.head_dim <= 128) {
     const auto n = static_cast<size_t>(S);
     std::vector<int32_t> q_start(n), q_len(n), context_len(n);
     for (int32_t s = 0; s < S; ++s) {
@@ -376,15 +391,14 @@ void CudaRunner::forward(const ForwardBatch& batch) {
     num_tiles_ = kernels::plan_prefill_tiles(q_start.data(), q_len.data(), context_len.data(), S,
                                              max_tiles_, m + off_tile_start_, m + off_tile_len_);
   }
-  // Decode batches take the GQA kernel: K/V read once per KV head, keys in slices so that the
-  // grid has kDecodeWarpsPerSm warps per SM, no slice shorter than the minimum. The scalar
-  // kernel (head sizes other than 64/128) only where it has at least as many blocks as the
-  // per-query-head kernel: many (token, KV head) pairs, or contexts long enough to split into a
+  // Decode batches (and small_q ones) take the GQA kernel: K/V read once per KV head, keys in
+  // slices so that the grid has kDecodeWarpsPerSm warps per SM, no slice shorter than the minimum.
+  // The scalar kernel (head sizes other than 64/128) only where it has at least as many blocks as
+  // the per-query-head kernel: many (token, KV head) pairs, or contexts long enough to split into a
   // group's worth of slices (measured on the H200: at batch 1 and 128 tokens its 4-8 blocks cost
   // 0.8 ms a step; NOTES.md v5).
   decode_slices_ = 0;
-  const int64_t group = config_.num_heads / config_.num_kv_heads;
-  if (decode_only && group <= kernels::kDecodeMaxGroup) {
+  if ((decode_only || small_q) && group <= kernels::kDecodeMaxGroup) {
     int32_t max_ctx = 1;
     for (const SeqSlice& q : batch.seqs) max_ctx = std::max(max_ctx, q.context_len);
     const int64_t blocks = std::max<int64_t>(1, int64_t(T) * config_.num_kv_heads);
@@ -413,6 +427,7 @@ void CudaRunner::forward(const ForwardBatch& batch) {
       cudaMemcpyAsync(meta_dev_.as<int32_t>(), m, meta_bytes, cudaMemcpyHostToDevice, stream_));
   TANDEM_CUDA_CHECK(cudaEventRecord(meta_copied_, stream_));
   num_logits_ = L;
+  one_query_per_seq_ = decode_only;
   last_interval_ = nullptr;
   if (T == 0) return;
   // Events around the launch only: a capture must not record them into the graph.
@@ -425,8 +440,8 @@ void CudaRunner::forward(const ForwardBatch& batch) {
     last_interval_ = std::move(interval);
   };
 
-  if (use_graphs_ && decode_only && T <= kMaxGraphBatch) {
-    const auto key = std::make_tuple(T, L, decode_slices_);
+  if (use_graphs_ && ((decode_only && T <= kMaxGraphBatch) || small_q)) {
+    const auto key = std::make_tuple(T, L, decode_slices_, decode_only);
     auto it = graphs_.find(key);
     if (it == graphs_.end()) {
       cudaGraph_t graph = nullptr;
@@ -606,7 +621,8 @@ void CudaRunner::attention(int32_t T, const __nv_bfloat16* kc, const __nv_bfloat
   } else if (decode_slices_ > 0) {
     kernels::launch_decode_attention(q, kc, vc, meta + off_token_seq_, meta + off_positions_,
                                      meta + off_seq_page_start_, meta + off_page_ids_, shape,
-                                     decode_slices_, attn_partials_.as<float>(), out, stream_, pdl);
+                                     decode_slices_, attn_partials_.as<float>(), out, stream_,
+                                     pdl && one_query_per_seq_);
   } else {
     kernels::launch_paged_attention(q, kc, vc, meta + off_token_seq_, meta + off_positions_,
                                     meta + off_seq_page_start_, meta + off_page_ids_, shape, out,
@@ -646,9 +662,9 @@ void CudaRunner::linear_after_norm(const __nv_bfloat16* normed, const DeviceLine
 // Each launch of a folded step may overlap the one before (kernels/pdl.cuh): its weight loads
 // and launch hide behind the previous kernel's tail. Measured on the H200 (NOTES.md v17):
 // Qwen2.5-0.5B batch 1 0.78 -> 0.675 ms, 0.652 with the head's three launches too. Not in a
-// forward without logits: that is the draft's KV pass beside the target's verify, whose waiting
-// blocks took SM slots from the verify (4.63 -> 4.88 ms at k = 8). The unfolded layers:
-// overlaps_bf16_launches.
+// forward without logits (a draft's catch-up pass): when the draft's KV pass ran beside the
+// target's verify, its waiting blocks took SM slots from the verify (4.63 -> 4.88 ms at k = 8).
+// The unfolded layers: overlaps_bf16_launches.
 bool CudaRunner::overlaps_launches(int32_t T, int32_t L) const {
   return folds_norms(T) && overlap_capable_ && overlap_launches_ && L > 0;
 }

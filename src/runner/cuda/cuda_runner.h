@@ -160,6 +160,9 @@ class CudaRunner final : public ModelRunner {
   int32_t off_tile_start_ = 0, off_tile_len_ = 0, max_tiles_ = 0;
   int32_t num_tiles_ = 0;      // of the current forward; 0 = decode kernel
   int32_t decode_slices_ = 0;  // of the current forward; 0 = not a decode batch
+  // Of the current forward: one query token a sequence, the only batch whose attention may start
+  // before its q|k|v kernel ends (the early decode kernel reads the earlier keys before the wait).
+  bool one_query_per_seq_ = false;
   int32_t num_sms_ = 1;
 
   // Activations.
@@ -186,8 +189,8 @@ class CudaRunner final : public ModelRunner {
   DeviceAcceptance acceptance_;
   int32_t num_logits_ = 0;
 
-  std::map<std::tuple<int32_t, int32_t, int32_t>, cudaGraphExec_t> graphs_;  // tokens, logits,
-                                                                             // splits
+  // tokens, logits, splits, one query token a sequence
+  std::map<std::tuple<int32_t, int32_t, int32_t, bool>, cudaGraphExec_t> graphs_;
 };
 
 }  // namespace tandem
