@@ -253,6 +253,35 @@ TEST_CASE("CUDA runner: chunked prefill and graph decode match the fp64 referenc
       a.push_back(int32_t(ta));
       b.push_back(int32_t(tb));
     }
+    // Verify-shaped steps (a speculative pass: 5 and 3 query tokens, every row's logits) take
+    // the decode attention kernel, each token its own causal length, and replay as a graph:
+    // twice with other tokens at the same positions, whose K/V the second pass overwrites.
+    for (int pass = 0; pass < 2; ++pass) {
+      CAPTURE(pass);
+      const int32_t ca = int32_t(a.size()), cb = int32_t(b.size());
+      std::vector<int32_t> pa = {a.back()}, pb = {b.back()};
+      for (int j = 0; j < 4; ++j) pa.push_back((j * 61 + 17 * pass + 5) % 290);
+      for (int j = 0; j < 2; ++j) pb.push_back((j * 43 + 29 * pass + 7) % 290);
+      std::vector<int32_t> toks(pa);
+      toks.insert(toks.end(), pb.begin(), pb.end());
+      SeqSlice s[2] = {{0, 5, ca + 4, pages_a}, {5, 3, cb + 2, pages_b}};
+      std::vector<int32_t> rows = {0, 1, 2, 3, 4, 5, 6, 7};
+      std::vector<float> all(size_t(8 * V));
+      r.forward(ForwardBatch{toks, s, rows});
+      r.copy_logits(all);
+      for (int row = 0; row < 8; ++row) {
+        CAPTURE(row);
+        // Row j of a sequence sees its tokens and the first j proposals after the last one.
+        const bool in_a = row < 5;
+        const int j = in_a ? row : row - 5;
+        std::vector<int32_t> seq = in_a ? a : b;
+        const std::vector<int32_t>& prop = in_a ? pa : pb;
+        seq.insert(seq.end(), prop.begin() + 1, prop.begin() + 1 + j);
+        const std::vector<float> got(all.begin() + int64_t(row) * V,
+                                     all.begin() + int64_t(row + 1) * V);
+        CHECK(rel_error(got, reference_logits(m, seq)) < 1e-2);
+      }
+    }
   }
 }
 
