@@ -381,8 +381,8 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
   // the bonus token (two query tokens a sequence, a graph-replayed step on the CUDA runner), or
   // never, when the proposal is rejected. A pass of its own beside this verify (a second stream
   // of the same device) cost more than that second token: the graphed verify no longer leaves
-  // gaps for it (batch 1, k = 4: 1.71-1.72x -> 1.73-1.75x fixed, 1.77-1.78x -> 1.84-1.86x
-  // adaptive; H200, NOTES.md v26).
+  // gaps for it (batch 1, k = 4: 1.72-1.74x -> 1.77x fixed, 1.79x -> 1.88x adaptive; batch 4
+  // fixed lost, 1.39x -> 1.32-1.36x, its first rounds being 8 tokens; H200, NOTES.md v26).
   // Greedy sequences: the target's processed argmax of each of their k + 1 rows through
   // sample(), ids only. Sampled sequences: probability rows for the rejection rule (below).
   std::vector<std::vector<int32_t>> histories(rows.size()), bans(rows.size());
