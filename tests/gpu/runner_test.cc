@@ -183,10 +183,14 @@ RunnerOptions tiny_options() {
 }  // namespace
 
 TEST_CASE("CUDA runner: chunked prefill and graph decode match the fp64 reference") {
-  TinyModel m = make_tiny();
-  const RunnerOptions opts = tiny_options();
-  for (bool graphs : {true, false}) {
+  // Head size 16 takes the scalar decode kernels and the prefill kernel for every multi-token
+  // chunk; 64 the tensor-core decode kernel, which also takes the verify-shaped passes below.
+  for (auto [head_dim, graphs] : {std::pair{int64_t(16), true}, std::pair{int64_t(16), false},
+                                  std::pair{int64_t(64), true}, std::pair{int64_t(64), false}}) {
+    CAPTURE(head_dim);
     CAPTURE(graphs);
+    TinyModel m = make_tiny(head_dim);
+    const RunnerOptions opts = tiny_options();
     auto created = CudaRunner::create(m.config, m.weights, opts);
     REQUIRE(created.ok());
     CudaRunner& r = **created;
@@ -253,9 +257,10 @@ TEST_CASE("CUDA runner: chunked prefill and graph decode match the fp64 referenc
       a.push_back(int32_t(ta));
       b.push_back(int32_t(tb));
     }
-    // Verify-shaped steps (a speculative pass: 5 and 3 query tokens, every row's logits) take
-    // the decode attention kernel, each token its own causal length, and replay as a graph:
-    // twice with other tokens at the same positions, whose K/V the second pass overwrites.
+    // Verify-shaped steps (a speculative pass: 5 and 3 query tokens, every row's logits); at head
+    // size 64 they take the decode attention kernel, each token its own causal length, and
+    // replay as a graph: twice with other tokens at the same positions, whose K/V the second
+    // pass overwrites.
     for (int pass = 0; pass < 2; ++pass) {
       CAPTURE(pass);
       const int32_t ca = int32_t(a.size()), cb = int32_t(b.size());
