@@ -253,28 +253,34 @@ __global__ void __launch_bounds__(32 * kDecodeMaxWarps)
   // key's lane), so a warp reads 2-4 contiguous rows per instruction instead of 32 rows'
   // scattered 16-byte pieces. The copies go straight to shared memory (no registers held, so
   // more warps fit an SM). `skip`: the copy this lane leaves out (the own key's row in kEarly's
-  // first tile, copied after the wait), -1 for none. The tile loop below is the one place this
-  // runs, so its unrolled copies are in the code once per matrix (at head size 128 six copies of
-  // them made the early kernel's code twice the plain one's).
-  auto tile_row = [&](int kt) -> int64_t {
+  // first tile, copied after the wait), -1 for none. It runs in two places a matrix (the first
+  // tile, then the next tile's inside the loop); at head size 128 six unrolled copies of it made
+  // the early kernel's code twice the plain one's.
+  // Rows are indexed in whole rows of D elements (a layer's cache holds far fewer than 2^31), so
+  // a copy costs one 32-bit shuffle and one wide multiply-add on a per-lane base pointer. With
+  // 64-bit element offsets the address arithmetic was about half the loop's instructions (ncu,
+  // Qwen2.5-7B batch 64 at 1k: 10.9M -> 8.2M instructions a layer, 43.8 -> 42.9 us; NOTES.md
+  // v27). What bounds the kernel there is the K/V stream itself (~3.2 TB/s): with the mma work
+  // left out it still took 41.9 us.
+  auto tile_row = [&](int kt) -> int {
     const int key = kt + lane;
-    return key < end ? ((int64_t(pages[key / s.page_size]) * s.num_kv_heads + kvh) * s.page_size +
-                        key % s.page_size) *
-                           D
-                     : -1;
+    return key < end
+               ? (pages[key / s.page_size] * s.num_kv_heads + kvh) * s.page_size + key % s.page_size
+               : -1;
   };
-  auto copy_rows = [&](int64_t my_row, __nv_bfloat16(*rows)[D + kTcPad], const __nv_bfloat16* cache,
+  const int lane_col = (lane % LPR) * 8;
+  auto copy_rows = [&](int my_row, __nv_bfloat16(*rows)[D + kTcPad], const __nv_bfloat16* cache,
                        int skip) {
+    const char* lane_cache = reinterpret_cast<const char*>(cache + lane_col);
 #pragma unroll
     for (int i = 0; i < NI; ++i) {
       const int r = i * RPI + lane / LPR;
-      const int64_t row = __shfl_sync(0xffffffffu, my_row, r);
-      const int64_t at = (row >= 0 ? row : 0) + (lane % LPR) * 8;
+      const int row = __shfl_sync(0xffffffffu, my_row, r);
+      const char* src = lane_cache + int64_t(max(row, 0)) * (D * 2);  // one wide multiply-add
       if constexpr (kEarly) {
-        cp_async16_if(i != skip, &rows[r][(lane % LPR) * 8], cache + at, row >= 0 ? 16 : 0);
+        cp_async16_if(i != skip, &rows[r][lane_col], src, row >= 0 ? 16 : 0);
       } else {
-        cp_async16(&rows[r][(lane % LPR) * 8], cache + at,
-                   row >= 0 ? 16 : 0);  // zeros past the end: 0 * V, not NaN
+        cp_async16(&rows[r][lane_col], src, row >= 0 ? 16 : 0);  // zeros past the end: 0 * V
       }
     }
   };
@@ -319,44 +325,55 @@ __global__ void __launch_bounds__(32 * kDecodeMaxWarps)
 #pragma unroll
   for (int n = 0; n < NT; ++n) o[n][0] = o[n][1] = 0.0f;
 
-  for (int kt = begin; kt < end; kt += kTcKeys) {
-    const bool early_first = kEarly && kt == begin;  // its copies go before the wait
+  // The tiles stream through the warp's one K and one V buffer as a pipeline: tile kt + 32's K
+  // rows are copied as soon as tile kt's scores have read the K buffer (during its softmax, V
+  // wait and output mma), and its V rows as soon as the output has read the V buffer; the next
+  // tile's page ids are looked up before the current tile's wait. So a warp with several tiles
+  // has copies in flight the whole loop, not one tile's at a time.
+  int my_row = tile_row(begin);
+  {
     // The own key's row r is copy r / RPI of lanes r % RPI * LPR on.
-    const int own_r = own_key - kt;
-    const int skip = early_first && own_first && lane / LPR == own_r % RPI ? own_r / RPI : -1;
-    const int64_t my_row = tile_row(kt);
-    __syncwarp();  // the previous ldmatrix reads (query or V rows) are done
-    copy_rows(my_row, sm.tile.k, k_cache, skip);
-    cp_async_commit();
-    copy_rows(my_row, sm.tile.v, v_cache, skip);
-    cp_async_commit();
-    if (early_first) {
-      pdl::grid_dependency_wait();
-      // The query rows as above, loaded straight into the fragment registers (row g: k-steps'
-      // features 2 tig, 2 tig + 1 and 8 more), since the tile's shared memory is taken.
-      const __nv_bfloat16* qrow = q + (int64_t(t) * s.num_heads + kvh * G + g) * D + 2 * tig;
-#pragma unroll
-      for (int kc = 0; kc < KC; ++kc) {
-        qa[kc][0] = g < G ? pdl::load_input(reinterpret_cast<const uint32_t*>(qrow + kc * 16)) : 0u;
-        qa[kc][1] = 0u;
-        qa[kc][2] =
-            g < G ? pdl::load_input(reinterpret_cast<const uint32_t*>(qrow + kc * 16 + 8)) : 0u;
-        qa[kc][3] = 0u;
-      }
-      if (own_first) {  // the copies left out above
-        const int64_t row = __shfl_sync(0xffffffffu, my_row, own_r) + (lane % LPR) * 8;
-        if (skip >= 0) {
-          cp_async16(&sm.tile.k[own_r][(lane % LPR) * 8], k_cache + row, 16);
-          cp_async16(&sm.tile.v[own_r][(lane % LPR) * 8], v_cache + row, 16);
-        }
-        cp_async_commit();
-        cp_async_wait<0>();  // the whole tile
-      } else {
-        cp_async_wait<1>();  // K
-      }
-    } else {
-      cp_async_wait<1>();  // K
+    const int own_r = own_key - begin;
+    const int skip = own_first && lane / LPR == own_r % RPI ? own_r / RPI : -1;
+    __syncwarp();  // the query rows' ldmatrix reads are done
+    if (begin < end) {
+      copy_rows(my_row, sm.tile.k, k_cache, skip);
+      cp_async_commit();
+      copy_rows(my_row, sm.tile.v, v_cache, skip);
+      cp_async_commit();
     }
+    if constexpr (kEarly) {
+      if (begin < end) {
+        pdl::grid_dependency_wait();
+        // The query rows as above, loaded straight into the fragment registers (row g: k-steps'
+        // features 2 tig, 2 tig + 1 and 8 more), since the tile's shared memory is taken.
+        const __nv_bfloat16* qrow = q + (int64_t(t) * s.num_heads + kvh * G + g) * D + 2 * tig;
+#pragma unroll
+        for (int kc = 0; kc < KC; ++kc) {
+          qa[kc][0] =
+              g < G ? pdl::load_input(reinterpret_cast<const uint32_t*>(qrow + kc * 16)) : 0u;
+          qa[kc][1] = 0u;
+          qa[kc][2] =
+              g < G ? pdl::load_input(reinterpret_cast<const uint32_t*>(qrow + kc * 16 + 8)) : 0u;
+          qa[kc][3] = 0u;
+        }
+        if (own_first) {  // the copies left out above, then the whole tile
+          const int64_t at = int64_t(__shfl_sync(0xffffffffu, my_row, own_r)) * D + lane_col;
+          if (skip >= 0) {
+            cp_async16(&sm.tile.k[own_r][lane_col], k_cache + at, 16);
+            cp_async16(&sm.tile.v[own_r][lane_col], v_cache + at, 16);
+          }
+          cp_async_commit();
+          cp_async_wait<0>();
+        }
+      }
+    }
+  }
+
+  for (int kt = begin; kt < end; kt += kTcKeys) {
+    const bool more = kt + kTcKeys < end;
+    if (more) my_row = tile_row(kt + kTcKeys);  // in flight during the K wait and the scores
+    cp_async_wait<1>();  // K (the groups in flight: this tile's K, then its V)
     __syncwarp();
     float sc[ST][2];
 #pragma unroll
@@ -372,6 +389,9 @@ __global__ void __launch_bounds__(32 * kDecodeMaxWarps)
         mma_bf16_rows0_7(sc[j + 1], qa[kc], b[2], b[3]);
       }
     }
+    __syncwarp();  // every lane's K reads are done before the next tile's copies overwrite them
+    if (more) copy_rows(my_row, sm.tile.k, k_cache, -1);
+    cp_async_commit();  // possibly empty: the group count stays the same every tile
     float mx = -INFINITY;
 #pragma unroll
     for (int j = 0; j < ST; ++j) {
@@ -396,7 +416,7 @@ __global__ void __launch_bounds__(32 * kDecodeMaxWarps)
       pa[j / 2][(j & 1) * 2 + 0] = pack_bf16(p0, p1);
       pa[j / 2][(j & 1) * 2 + 1] = 0u;  // padding rows
     }
-    cp_async_wait<0>();  // V
+    cp_async_wait<1>();  // V (in flight after it: the next tile's K)
     __syncwarp();
 #pragma unroll
     for (int c = 0; c < ST / 2; ++c) {
@@ -409,7 +429,11 @@ __global__ void __launch_bounds__(32 * kDecodeMaxWarps)
         mma_bf16_rows0_7(o[n + 1], pa[c], b[2], b[3]);
       }
     }
+    __syncwarp();  // every lane's V reads are done before the next tile's copies overwrite them
+    if (more) copy_rows(my_row, sm.tile.v, v_cache, -1);
+    cp_async_commit();
   }
+  cp_async_wait<0>();  // nothing is left in flight (the last tile's groups are empty)
   l += __shfl_xor_sync(0xffffffffu, l, 1);
   l += __shfl_xor_sync(0xffffffffu, l, 2);
 
