@@ -108,6 +108,7 @@ int main(int argc, char** argv) {
   std::string preset = "qwen2.5-7b";
   int input_len = 128, output_len = 128, batch = 1;
   int query_len = 1;  // tokens a sequence per step: a verify pass of k = query_len - 1
+  int page = 16;      // KV page size in tokens (vLLM's --block-size)
   bool graphs = true;
   bool device_timing = false;   // CUDA events around every forward (what --trace turns on)
   bool profile_decode = false;  // cudaProfilerStart before decoding (ncu --profile-from-start off)
@@ -135,6 +136,8 @@ int main(int argc, char** argv) {
       quantization = v;
     else if (k == "--query-len")
       query_len = std::stoi(v);
+    else if (k == "--page-size")
+      page = std::stoi(v);
     else {
       std::fprintf(stderr, "unknown flag %s\n", k.c_str());
       return 2;
@@ -151,8 +154,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "unknown preset %s\n", preset.c_str());
     return 2;
   }
+  if (page < 1) {
+    std::fprintf(stderr, "--page-size must be at least 1\n");
+    return 2;
+  }
   HostWeights hw = make_weights(c);
-  const int page = 16;
   bench::LatencyOptions lo;
   lo.input_len = input_len;
   lo.output_len = output_len;
