@@ -61,11 +61,17 @@ Result<LatencyResult> run_latency(ModelRunner& r, const LatencyOptions& o,
     r.forward(ForwardBatch{prompt, std::span(&sl, 1), rows});
     r.sample(std::span(&first, 1), std::span(&first_token, 1));
   };
-  std::vector<double> ttft;
+  std::vector<double> ttft, prefill_spans;
   for (int32_t rep = 0; rep <= o.prefill_repeats; ++rep) {
     const auto t0 = std::chrono::steady_clock::now();
     prefill(0);
-    if (rep > 0) ttft.push_back(ms_since(t0));
+    if (rep == 0) continue;
+    ttft.push_back(ms_since(t0));
+    int64_t start_ns = 0, end_ns = 0;
+    const auto interval = r.last_forward_interval();
+    if (interval && interval->resolve(start_ns, end_ns)) {
+      prefill_spans.push_back(double(end_ns - start_ns) * 1e-6);
+    }
   }
   for (int32_t s = 1; s < o.batch_size; ++s) prefill(s);
 
@@ -115,6 +121,7 @@ Result<LatencyResult> run_latency(ModelRunner& r, const LatencyOptions& o,
   res.achieved_tb_per_s = double(weight_bytes_per_step) / (res.tpot_ms * 1e-3) / 1e12;
   res.mbu = res.achieved_tb_per_s / 4.2;
   if (!spans.empty()) res.forward_device_ms = median(spans);
+  if (!prefill_spans.empty()) res.prefill_device_ms = median(prefill_spans);
   return res;
 }
 
@@ -131,6 +138,10 @@ std::string to_json(const LatencyOptions& o, const LatencyResult& r, const std::
   std::string json = buf;
   if (r.forward_device_ms > 0) {
     std::snprintf(buf, sizeof(buf), ", \"forward_device_ms\": %.4f", r.forward_device_ms);
+    json += buf;
+  }
+  if (r.prefill_device_ms > 0) {
+    std::snprintf(buf, sizeof(buf), ", \"prefill_device_ms\": %.4f", r.prefill_device_ms);
     json += buf;
   }
   return json + "}";

@@ -42,6 +42,7 @@ struct LatencyResult {
   // (RunnerOptions::device_timing); 0 otherwise. TPOT minus it is the sampling and the host's
   // turnaround between steps.
   double forward_device_ms = 0;
+  double prefill_device_ms = 0;  // the first sequence's prompt forward, first event to last
 };
 
 // Needs runner.num_pages() >= batch_size * latency_pages_per_seq(opts, page_size), room for
