@@ -258,10 +258,10 @@ __global__ void __launch_bounds__(32 * kDecodeMaxWarps)
   // the early kernel's code twice the plain one's.
   // Rows are indexed in whole rows of D elements (a layer's cache holds far fewer than 2^31), so
   // a copy costs one 32-bit shuffle and one wide multiply-add on a per-lane base pointer. With
-  // 64-bit element offsets the address arithmetic was about half the loop's instructions (ncu,
-  // Qwen2.5-7B batch 64 at 1k: 10.9M -> 8.2M instructions a layer, 43.8 -> 42.9 us; NOTES.md
-  // v27). What bounds the kernel there is the K/V stream itself (~3.2 TB/s): with the mma work
-  // left out it still took 41.9 us.
+  // 64-bit element offsets the address arithmetic was a quarter of the kernel's instructions
+  // (ncu, Qwen2.5-7B batch 64 at 1k: 10.9M instructions a layer with them, 8.2M without; the
+  // kernel 43.8 -> 42.9 us; NOTES.md v27). What bounds the kernel there is the K/V stream itself
+  // (~3.2 TB/s): with the mma work left out it still took 41.9 us.
   auto tile_row = [&](int kt) -> int {
     const int key = kt + lane;
     return key < end
