@@ -100,24 +100,27 @@ void swiglu(const __nv_bfloat16* x, const NormedRows& in, const __nv_bfloat16* w
   }
   const int blocks = (width + kWarps - 1) / kWarps;
   const size_t smem = kNorm ? size_t(m) * k * 2 : 0;
-  if (pdl && m == 1) {
-    pdl::launch(true, gemv_swiglu_kernel<1, kNorm, true>, blocks, kThreads, smem, stream, x, in, w,
-                width, k, out);
-  } else if (m == 1) {
-    gemv_swiglu_kernel<1, kNorm><<<blocks, kThreads, smem, stream>>>(x, in, w, width, k, out);
-  } else {
-    gemv_swiglu_kernel<2, kNorm><<<blocks, kThreads, smem, stream>>>(x, in, w, width, k, out);
-  }
+  // Two tokens: the form with first loads, as launch_tokens.
+  auto* kernel = m == 2 ? gemv_swiglu_kernel<2, kNorm, true>
+                 : pdl  ? gemv_swiglu_kernel<1, kNorm, true>
+                        : gemv_swiglu_kernel<1, kNorm, false>;
+  pdl::launch(pdl, kernel, blocks, kThreads, smem, stream, x, in, w, width, k, out);
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 
-// A one-token launch (kAdd or not; overlapped with pdl) with gemv_row_parts warps a row.
+// A launch of m tokens (kAdd or not; overlapped with pdl) with gemv_row_parts warps a row. Two
+// tokens always take the form with first loads (kPdl; its wait is a no-op on a plain launch):
+// without them a 896-feature row's last chunks are loaded one at a time, and the 0.5B's
+// 2-token lm_head took 116 us against 66 for one token (ncu, H200; NOTES.md v27).
 template <typename Out, bool kAdd>
-void launch_one_token(const __nv_bfloat16* x, const __nv_bfloat16* w, int32_t n, int32_t k,
-                      int32_t ldy, Out* y, bool pdl, cudaStream_t stream) {
+void launch_tokens(int32_t m, const __nv_bfloat16* x, const __nv_bfloat16* w, int32_t n, int32_t k,
+                   int32_t ldy, Out* y, bool pdl, cudaStream_t stream) {
+  static_assert(kGemvMaxTokens == 2, "one instantiation per token count");
   gemv_warp::with_parts(gemv_row_parts(n), [&](auto parts) {
     constexpr int P = decltype(parts)::value;
-    auto* kernel = pdl ? gemv_kernel<1, Out, kAdd, true, P> : gemv_kernel<1, Out, kAdd, false, P>;
+    auto* kernel = m == 2 ? gemv_kernel<2, Out, kAdd, true, P>
+                   : pdl  ? gemv_kernel<1, Out, kAdd, true, P>
+                          : gemv_kernel<1, Out, kAdd, false, P>;
     const int blocks = (n + kRowWarps / P - 1) / (kRowWarps / P);
     pdl::launch(pdl, kernel, blocks, kRowWarps * 32, 0, stream, x, w, n, k, ldy, y);
   });
@@ -126,14 +129,7 @@ void launch_one_token(const __nv_bfloat16* x, const __nv_bfloat16* w, int32_t n,
 template <typename Out>
 void dispatch(const __nv_bfloat16* x, const __nv_bfloat16* w, int32_t m, int32_t n, int32_t k,
               int32_t ldy, Out* y, cudaStream_t stream, bool pdl) {
-  const int blocks = (n + kRowWarps - 1) / kRowWarps;
-  const int threads = kRowWarps * 32;
-  static_assert(kGemvMaxTokens == 2, "one instantiation per token count");
-  if (m == 1) {
-    launch_one_token<Out, false>(x, w, n, k, ldy, y, pdl, stream);
-  } else {
-    gemv_kernel<2, Out><<<blocks, threads, 0, stream>>>(x, w, n, k, ldy, y);
-  }
+  launch_tokens<Out, false>(m, x, w, n, k, ldy, y, pdl, stream);
 }
 
 }  // namespace
@@ -182,12 +178,7 @@ void launch_gemv_add(const __nv_bfloat16* x, const __nv_bfloat16* w, int32_t m, 
     std::fprintf(stderr, "gemv_add: unsupported m=%d k=%d\n", m, k);
     std::abort();
   }
-  const int blocks = (n + kRowWarps - 1) / kRowWarps;
-  if (m == 1) {
-    launch_one_token<float, true>(x, w, n, k, n, residual, pdl, stream);
-  } else {
-    gemv_kernel<2, float, true><<<blocks, kRowWarps * 32, 0, stream>>>(x, w, n, k, n, residual);
-  }
+  launch_tokens<float, true>(m, x, w, n, k, n, residual, pdl, stream);
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 

@@ -69,18 +69,16 @@ void qkv_rope(const __nv_bfloat16* x, const NormedRows& in, const __nv_bfloat16*
   const int32_t rows = (a.s.num_heads + 2 * a.s.num_kv_heads) * a.s.head_dim;
   const size_t smem = kNorm ? size_t(m) * k * 2 : 0;
   static_assert(kGemvMaxTokens == 2, "one instantiation per token count");
-  if (m == 1) {
-    // gemv_row_parts warps a pair of rows (the rows' count decides, as for launch_gemv).
-    gemv_warp::with_parts(gemv_row_parts(rows), [&](auto parts) {
-      constexpr int P = decltype(parts)::value;
-      auto* kernel = pdl ? qkv_rope_kernel<1, kNorm, true, P> : qkv_rope_kernel<1, kNorm, false, P>;
-      const int blocks = (rows / 2 + kPairWarps / P - 1) / (kPairWarps / P);
-      pdl::launch(pdl, kernel, blocks, kPairWarps * 32, smem, stream, x, in, w, k, a);
-    });
-  } else {
-    const int blocks = (rows / 2 + kPairWarps - 1) / kPairWarps;
-    qkv_rope_kernel<2, kNorm><<<blocks, kPairWarps * 32, smem, stream>>>(x, in, w, k, a);
-  }
+  // gemv_row_parts warps a pair of rows (the rows' count decides, as for launch_gemv); two
+  // tokens take the form with first loads, as in gemv.cu's launch_tokens.
+  gemv_warp::with_parts(gemv_row_parts(rows), [&](auto parts) {
+    constexpr int P = decltype(parts)::value;
+    auto* kernel = m == 2 ? qkv_rope_kernel<2, kNorm, true, P>
+                   : pdl  ? qkv_rope_kernel<1, kNorm, true, P>
+                          : qkv_rope_kernel<1, kNorm, false, P>;
+    const int blocks = (rows / 2 + kPairWarps / P - 1) / (kPairWarps / P);
+    pdl::launch(pdl, kernel, blocks, kPairWarps * 32, smem, stream, x, in, w, k, a);
+  });
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 

@@ -720,7 +720,9 @@ bool CudaRunner::int4_fold_layers() const {
 
 bool CudaRunner::folds_norms(int32_t T) const {
   const int64_t H = config_.hidden_size;
-  return fold_norms_ && T == 1 && bf16_linears_ && H <= kFoldNormsMaxHidden &&
+  // wip-fold2: TANDEM_FOLD2=1 folds 2-token steps too (A/B; NOTES.md v27).
+  static const int32_t max_t = std::getenv("TANDEM_FOLD2") != nullptr ? 2 : 1;
+  return fold_norms_ && T >= 1 && T <= max_t && bf16_linears_ && H <= kFoldNormsMaxHidden &&
          H * 2 <= kernels::kNormedRowsMaxBytes && config_.head_dim % 16 == 0;
 }
 
