@@ -8,6 +8,7 @@
 #include "device_info.cuh"
 #include "gemm_skinny.cuh"
 #include "mma_sm80.cuh"
+#include "pdl.cuh"
 #include "silu_mul.cuh"
 
 namespace tandem::kernels {
@@ -65,10 +66,10 @@ __global__ void __launch_bounds__(kWarps * 32)
 
   const int chunks = (k + kChunk - 1) / kChunk;
   const int mine = warp < chunks ? (chunks - warp + kWarps - 1) / kWarps : 0;
-  auto load = [&](int i) {  // this warp's chunk i into ring slot i % kStages
+  // This warp's chunk i into ring slot i % kStages: its weight rows, then its token rows.
+  auto load_w = [&](int i) {
     const int c0 = (warp + i * kWarps) * kChunk;
     __nv_bfloat16* ws = ring + (i % kStages) * S::kStageElems;
-    __nv_bfloat16* xs = ws + S::kWElems;
 #pragma unroll
     for (int p = lane; p < S::kRows * S::kPieces; p += 32) {
       const int r = p / S::kPieces, c = p % S::kPieces, col = c0 + c * 8;
@@ -76,6 +77,10 @@ __global__ void __launch_bounds__(kWarps * 32)
       const bool ok = row >= 0 && col < k;
       cp_async16(ws + swizzled(r, c, kChunk), ok ? w + row * k + col : w, ok ? 16 : 0);
     }
+  };
+  auto load_x = [&](int i) {
+    const int c0 = (warp + i * kWarps) * kChunk;
+    __nv_bfloat16* xs = ring + (i % kStages) * S::kStageElems + S::kWElems;
 #pragma unroll
     for (int p = lane; p < S::kTokens * S::kPieces; p += 32) {
       const int t = p / S::kPieces, c = p % S::kPieces, col = c0 + c * 8;
@@ -85,9 +90,20 @@ __global__ void __launch_bounds__(kWarps * 32)
   };
 
   float acc[kTiles][kNTiles][4] = {};
+  // An overlapped launch (pdl.cuh): the first stages' weight rows are copied before the grid
+  // dependency wait (they never depend on the kernel before), the token rows after it; on a
+  // plain launch both instructions do nothing. Groups in commit order: W 0..S-2, then X
+  // 0..S-2, then one whole chunk a loop step, so the loop's wait<kStages - 2> still finds chunk
+  // i complete (every group before X i is).
 #pragma unroll
   for (int i = 0; i < kStages - 1; ++i) {
-    if (i < mine) load(i);
+    if (i < mine) load_w(i);
+    cp_async_commit();
+  }
+  pdl::grid_dependency_wait();
+#pragma unroll
+  for (int i = 0; i < kStages - 1; ++i) {
+    if (i < mine) load_x(i);
     cp_async_commit();
   }
   // ldmatrix lanes: A's four 8x8 matrices are (rows 0-7 | 8-15) × (features 0-7 | 8-15) of a
@@ -96,7 +112,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   for (int i = 0; i < mine; ++i) {
     cp_async_wait<kStages - 2>();
     __syncwarp();  // every lane's copies of chunk i landed; slot (i - 1) % kStages is free
-    if (i + kStages - 1 < mine) load(i + kStages - 1);
+    if (i + kStages - 1 < mine) load_w(i + kStages - 1), load_x(i + kStages - 1);
     cp_async_commit();
     const __nv_bfloat16* ws = ring + (i % kStages) * S::kStageElems;
     const __nv_bfloat16* xs = ws + S::kWElems;
@@ -122,7 +138,8 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
   }
   cp_async_wait<0>();
-  __syncthreads();  // every warp is done with its ring: the reduction reuses it
+  pdl::allow_dependents();  // after the loop, as the GEMVs (pdl.cuh)
+  __syncthreads();          // every warp is done with its ring: the reduction reuses it
   float4* red = reinterpret_cast<float4*>(smem);  // [kWarps, kTiles · kNTiles, 32]
   constexpr int kFrags = kTiles * kNTiles;
 #pragma unroll
@@ -265,11 +282,10 @@ void opt_in_smem(const void* kernel, size_t bytes) {
 template <typename Out>
 void launch(void (*kernel)(const __nv_bfloat16*, const __nv_bfloat16*, int32_t, int32_t, int32_t,
                            int32_t, Out*),
-            const Variant& v, int32_t blocks, cudaStream_t stream, const __nv_bfloat16* x,
+            const Variant& v, int32_t blocks, cudaStream_t stream, bool pdl, const __nv_bfloat16* x,
             const __nv_bfloat16* w, int32_t m, int32_t n, int32_t k, int32_t ldy, Out* y) {
   opt_in_smem(reinterpret_cast<const void*>(kernel), v.smem);
-  kernel<<<blocks, v.threads, v.smem, stream>>>(x, w, m, n, k, ldy, y);
-  TANDEM_CUDA_CHECK_LAUNCH();
+  pdl::launch(pdl, kernel, blocks, v.threads, v.smem, stream, x, w, m, n, k, ldy, y);
 }
 
 const Variant& checked(int32_t variant, int32_t m, int32_t k, bool swiglu, const char* what) {
@@ -311,22 +327,24 @@ int32_t skinny_variant_tokens(int32_t variant) {
 
 void launch_skinny_gemm(const __nv_bfloat16* x, const __nv_bfloat16* w, int32_t m, int32_t n,
                         int32_t k, void* y, bool out_f32, cudaStream_t stream, int32_t ldy,
-                        int32_t variant) {
+                        int32_t variant, bool pdl) {
   const Variant& v = checked(variant, m, k, false, "skinny_gemm");
   if (ldy <= 0) ldy = n;
   const int32_t blocks = (n + v.rows - 1) / v.rows;
   if (out_f32) {
-    launch(v.store_f32, v, blocks, stream, x, w, m, n, k, ldy, static_cast<float*>(y));
+    launch(v.store_f32, v, blocks, stream, pdl, x, w, m, n, k, ldy, static_cast<float*>(y));
   } else {
-    launch(v.store_bf16, v, blocks, stream, x, w, m, n, k, ldy, static_cast<__nv_bfloat16*>(y));
+    launch(v.store_bf16, v, blocks, stream, pdl, x, w, m, n, k, ldy,
+           static_cast<__nv_bfloat16*>(y));
   }
 }
 
 void launch_skinny_swiglu(const __nv_bfloat16* x, const __nv_bfloat16* w, int32_t m, int32_t width,
-                          int32_t k, __nv_bfloat16* out, cudaStream_t stream, int32_t variant) {
+                          int32_t k, __nv_bfloat16* out, cudaStream_t stream, int32_t variant,
+                          bool pdl) {
   const Variant& v = checked(variant, m, k, true, "skinny_swiglu");
   const int32_t blocks = (width + v.rows / 2 - 1) / (v.rows / 2);
-  launch(v.swiglu, v, blocks, stream, x, w, m, width, k, width, out);
+  launch(v.swiglu, v, blocks, stream, pdl, x, w, m, width, k, width, out);
 }
 
 }  // namespace tandem::kernels

@@ -39,7 +39,8 @@ void launch_skinny_gemm(const __nv_bfloat16* x,  // [m, k] in
                         int32_t m, int32_t n, int32_t k,
                         void* y,  // [m, ldy] out, bf16 or fp32
                         bool out_f32, cudaStream_t stream, int32_t ldy = 0,  // 0: ldy = n
-                        int32_t variant = -1);
+                        int32_t variant = -1,
+                        bool pdl = false);  // may overlap the kernel before it (pdl.cuh)
 
 // out[t, r] = silu(bf16(gate[t, r])) · bf16(up[t, r]) with gate and up rows r and r + width of
 // the stacked gate|up matrix: launch_skinny_gemm then launch_silu_mul in one pass (same bits).
@@ -47,6 +48,7 @@ void launch_skinny_swiglu(const __nv_bfloat16* x,  // [m, k] in
                           const __nv_bfloat16* w,  // [2 * width, k] in: gate rows, then up rows
                           int32_t m, int32_t width, int32_t k,
                           __nv_bfloat16* out,  // [m, width] out
-                          cudaStream_t stream, int32_t variant = -1);
+                          cudaStream_t stream, int32_t variant = -1,
+                          bool pdl = false);  // may overlap the kernel before it (pdl.cuh)
 
 }  // namespace tandem::kernels

@@ -93,6 +93,7 @@ void launch_rope_kv_write(const __nv_bfloat16* qkv,  // [T, (H + 2*KVH) * D] in:
                           __nv_bfloat16* q_out,    // [T, H * D] out, rotated
                           __nv_bfloat16* k_cache,  // layer's K pages, written at slots
                           __nv_bfloat16* v_cache,  // layer's V pages, written at slots
-                          cudaStream_t stream);
+                          cudaStream_t stream,
+                          bool pdl = false);  // may overlap the kernel before it (pdl.cuh)
 
 }  // namespace tandem::kernels

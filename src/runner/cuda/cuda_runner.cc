@@ -535,7 +535,7 @@ void CudaRunner::run_model(int32_t T, int32_t L) {
         linear_after_norm(normed, w.qkv, T, qkv_.ptr(), qkv_fp8, pdl);
         kernels::launch_rope_kv_write(qkv_.as<__nv_bfloat16>(), qkv_bias, meta + off_positions_,
                                       meta + off_slots_, inv_freq_.as<float>(), rope_shape,
-                                      q_.as<__nv_bfloat16>(), kc, vc, stream_);
+                                      q_.as<__nv_bfloat16>(), kc, vc, stream_, pdl);
       }
     }
     attention(T, kc, vc, pdl);
@@ -581,7 +581,7 @@ void CudaRunner::run_model(int32_t T, int32_t L) {
                                       gate_up_fp8m, T, act_.as<__nv_bfloat16>(), stream_, pdl);
     } else if (kernels::skinny_swiglu_wins(T) && w.gate_up.bf16() != nullptr) {
       kernels::launch_skinny_swiglu(normed, w.gate_up.bf16(), T, I, H, act_.as<__nv_bfloat16>(),
-                                    stream_);
+                                    stream_, -1, pdl);
     } else {
       linear_after_norm(normed, w.gate_up, T, gate_up_.ptr(), gate_up_fp8, pdl);
       kernels::launch_silu_mul(gate_up_.as<__nv_bfloat16>(), T, I, act_.as<__nv_bfloat16>(),
@@ -683,7 +683,10 @@ bool CudaRunner::overlaps_int4_launches(int32_t T, int32_t L) const {
 // successor launch only after their loop: with the trigger at their start the 7B's step went
 // 3.88 -> 4.07 ms (NOTES.md v17); with it after the loop 3.89 -> 3.73 (H200, NOTES.md v21).
 bool CudaRunner::overlaps_bf16_launches(int32_t T, int32_t L) const {
-  return bf16_linears_ && overlap_capable_ && overlap_launches_ && L > 0 && T == 1;
+  // wip-skinny-pdl: TANDEM_SKINNY_PDL=1 overlaps 2-32-token steps too (A/B; NOTES.md v27).
+  static const bool small = std::getenv("TANDEM_SKINNY_PDL") != nullptr;
+  return bf16_linears_ && overlap_capable_ && overlap_launches_ && L > 0 &&
+         (T == 1 || (small && T <= kernels::kSkinnyMaxTokens));
 }
 
 // One-token W8A8 steps too (every Linear one FP8 part, activations quantized on the device):

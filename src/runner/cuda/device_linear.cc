@@ -126,7 +126,7 @@ void run_linear(const DeviceLinear& w, const __nv_bfloat16* x, int32_t m, void* 
         // 2-32 rows (a verify pass, a small batch): the skinny GEMM where it beats cuBLASLt.
         if (m >= kernels::kSkinnyMinTokens && kernels::skinny_gemm_wins(m, p.rows, w.k)) {
           kernels::launch_skinny_gemm(x, p.weight.as<__nv_bfloat16>(), m, p.rows, w.k, yp, out_f32,
-                                      stream, w.n);
+                                      stream, w.n, -1, pdl);
         } else if (decode) {
           kernels::launch_gemv(x, p.weight.as<__nv_bfloat16>(), m, p.rows, w.k, yp, out_f32, stream,
                                w.n, pdl);
