@@ -59,7 +59,9 @@ constexpr int32_t kSmallQueryMaxTokens = 32;
 // Qwen2.5-0.5B step (896 features) 1.24 -> 1.16 ms; Qwen2.5-7B (3,584) 4.52 -> 4.62 ms at batch
 // 1 and 4.81 -> 5.40 at batch 2, Llama-3.1-8B 5.06 -> 5.17: there each of ~2,400 gate|up
 // blocks reads 28 KB per token from L2 and holds the staged rows in shared memory. At batch 2
-// the 0.5B lost too (1.41 -> 1.43 ms), so only single-token steps fold.
+// the 0.5B lost too (1.41 -> 1.43 ms), when 2-token GEMVs issued a row's loads one at a time;
+// with their first loads together (kernels/gemv.cu) folding 2 tokens won: 0.5B 2-token step
+// 0.834 -> 0.723 ms (NOTES.md v28). Up to 2 tokens fold, the GEMVs' limit.
 constexpr int64_t kFoldNormsMaxHidden = 1024;
 
 }  // namespace
@@ -679,14 +681,15 @@ bool CudaRunner::overlaps_int4_launches(int32_t T, int32_t L) const {
          T <= kernels::kInt4GemvMaxTokens;
 }
 
-// One-token steps of unfolded bf16 layers too (the 7B and 8B), now that the GEMVs let their
-// successor launch only after their loop: with the trigger at their start the 7B's step went
-// 3.88 -> 4.07 ms (NOTES.md v17); with it after the loop 3.89 -> 3.73 (H200, NOTES.md v21).
+// Steps of unfolded bf16 layers too (the 7B and 8B), now that the GEMVs let their successor
+// launch only after their loop: with the trigger at their start the 7B's step went 3.88 -> 4.07
+// ms (NOTES.md v17); with it after the loop 3.89 -> 3.73 (H200, NOTES.md v21). Up to the skinny
+// GEMM's 32 tokens (a verify pass, a small batch), which copies its first weight stages before
+// its wait (H200, NOTES.md v28): 7B 5-token verify 4.00 -> 3.89 ms, batch 4 3.98 -> 3.81, 0.5B
+// batch 4 0.848 -> 0.723; 20 tokens unchanged (4.51). Above 32 tokens overlap lost (v27).
 bool CudaRunner::overlaps_bf16_launches(int32_t T, int32_t L) const {
-  // wip-skinny-pdl: TANDEM_SKINNY_PDL=1 overlaps 2-32-token steps too (A/B; NOTES.md v27).
-  static const bool small = std::getenv("TANDEM_SKINNY_PDL") != nullptr;
   return bf16_linears_ && overlap_capable_ && overlap_launches_ && L > 0 &&
-         (T == 1 || (small && T <= kernels::kSkinnyMaxTokens));
+         T <= kernels::kSkinnyMaxTokens;
 }
 
 // One-token W8A8 steps too (every Linear one FP8 part, activations quantized on the device):
@@ -723,10 +726,9 @@ bool CudaRunner::int4_fold_layers() const {
 
 bool CudaRunner::folds_norms(int32_t T) const {
   const int64_t H = config_.hidden_size;
-  // wip-fold2: TANDEM_FOLD2=1 folds 2-token steps too (A/B; NOTES.md v27).
-  static const int32_t max_t = std::getenv("TANDEM_FOLD2") != nullptr ? 2 : 1;
-  return fold_norms_ && T >= 1 && T <= max_t && bf16_linears_ && H <= kFoldNormsMaxHidden &&
-         H * 2 <= kernels::kNormedRowsMaxBytes && config_.head_dim % 16 == 0;
+  return fold_norms_ && T >= 1 && T <= kernels::kGemvMaxTokens && bf16_linears_ &&
+         H <= kFoldNormsMaxHidden && H * 2 <= kernels::kNormedRowsMaxBytes &&
+         config_.head_dim % 16 == 0;
 }
 
 void CudaRunner::sample(std::span<const SampleRequest> requests, std::span<int32_t> out_tokens) {

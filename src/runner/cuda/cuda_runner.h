@@ -77,7 +77,7 @@ class CudaRunner final : public ModelRunner {
   bool overlaps_bf16_launches(int32_t num_tokens, int32_t num_logits) const;
   // The same for one-token steps of W8A8 FP8 weights.
   bool overlaps_fp8_launches(int32_t num_tokens, int32_t num_logits) const;
-  // Tests: whether one-token bf16 steps of small models fold the norms into the GEMVs (on by
+  // Tests: whether 1-2-token bf16 steps of small models fold the norms into the GEMVs (on by
   // default). Before the first forward, as set_overlap_launches.
   void set_fold_norms(bool on) { fold_norms_ = on; }
   // Whether a forward of this many tokens folds the RMSNorms and residual adds into the GEMVs.
