@@ -17,8 +17,9 @@ namespace {
 // token.
 constexpr int kMaxRopeHalf = 128;  // head_dim <= 256
 // An overlapped launch (pdl.cuh) computes the angles (from the step's metadata) before its wait
-// and lets the decode attention after it start at once: that kernel's early form reads the keys
-// before this step's own, which this kernel does not write.
+// and lets the decode attention after it start at once: that kernel's early form (one query a
+// sequence, the runner's rule) reads the keys before this step's own, which this kernel does not
+// write.
 __global__ void rope_kv_token_kernel(const __nv_bfloat16* __restrict__ qkv, RopeKvTarget a) {
   __shared__ float sn_s[kMaxRopeHalf], cs_s[kMaxRopeHalf];
   pdl::allow_dependents();
