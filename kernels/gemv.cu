@@ -25,6 +25,10 @@ constexpr int kRowWarps = 8;
 // four blocks an SM to two.
 constexpr int kFirstLoads = 4;
 constexpr int kFirstLoadsPair = 2;
+// Blocks an SM of the folded SwiGLU (a small model's gate|up): the 0.5B's 608 blocks in one
+// wave of 132 SMs need 5 (at most 48 registers); at 53 registers 4 fit, and 76 blocks ran as a
+// second wave (ncu, H200: 11.2 us, 1.56 TB/s; NOTES.md v28).
+constexpr int kFoldedSwigluBlocks = 5;
 
 // One warp per output row, or kParts warps a row (gemv_warp::combine_parts). kAdd: y is the
 // fp32 residual and gains the bf16-rounded result (launch_gemv_add); else y is stored (bf16 or
@@ -65,7 +69,7 @@ __global__ void __launch_bounds__(kRowWarps * 32)
 // kNorm: x is RMSNorm(in.residual), staged by the block first (NormedRows). kPdl: may overlap
 // the kernel before it.
 template <int M, bool kNorm, bool kPdl = false>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, kNorm ? kFoldedSwigluBlocks : 0)
     gemv_swiglu_kernel(const __nv_bfloat16* __restrict__ x, NormedRows in,
                        const __nv_bfloat16* __restrict__ w, int32_t width, int32_t k,
                        __nv_bfloat16* __restrict__ out) {
