@@ -26,8 +26,10 @@ constexpr int kRowWarps = 8;
 constexpr int kFirstLoads = 4;
 constexpr int kFirstLoadsPair = 2;
 // Blocks an SM of the folded SwiGLU (a small model's gate|up): the 0.5B's 608 blocks in one
-// wave of 132 SMs need 5 (at most 48 registers); at 53 registers 4 fit, and 76 blocks ran as a
-// second wave (ncu, H200: 11.2 us, 1.56 TB/s; NOTES.md v28).
+// wave of 132 SMs need 5 (at most 48 registers; a 4-byte spill at one token, 12 at two). At 53
+// registers 4 fit and 76 blocks ran as a second wave: ncu 11.2 -> 9.1-9.8 us, the 0.5B's
+// one-token step 0.587-0.590 -> 0.559-0.564 ms, 2 tokens 0.718 -> 0.713 (H200, NOTES.md v28).
+// The unfolded form (the 7B's) keeps the compiler's choice: 48 registers, 5 blocks already.
 constexpr int kFoldedSwigluBlocks = 5;
 
 // One warp per output row, or kParts warps a row (gemv_warp::combine_parts). kAdd: y is the
