@@ -244,23 +244,18 @@ struct Case {
   size_t smem;
 };
 
+// A ring form's case: kStages tiles of K and V rows a warp in shared memory.
+template <int kTile, int kStages>
+Case ring_case(const char* mode, void (*kernel)(Grid), int warps) {
+  return {mode, kTile, kStages, warps, kernel, size_t(warps) * kStages * 2 * kTile * kRowBytes};
+}
 template <int kTile, int kStages>
 Case cpasync_case(int warps) {
-  return {"cpasync",
-          kTile,
-          kStages,
-          warps,
-          cpasync_kernel<kTile, kStages>,
-          size_t(warps) * kStages * 2 * kTile * kRowBytes};
+  return ring_case<kTile, kStages>("cpasync", cpasync_kernel<kTile, kStages>, warps);
 }
 template <int kTile, int kStages>
 Case bulk_case(int warps) {
-  return {"bulk",
-          kTile,
-          kStages,
-          warps,
-          bulk_kernel<kTile, kStages>,
-          size_t(warps) * kStages * 2 * kTile * kRowBytes};
+  return ring_case<kTile, kStages>("bulk", bulk_kernel<kTile, kStages>, warps);
 }
 template <int kTile>
 Case ld_case(int warps) {
