@@ -265,7 +265,12 @@ Case ld_case(int warps) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  constexpr const char* kUsage = "usage: kv_stream_bench [--seqs 64] [--ctx 1024] [--iters 20]\n";
   int seqs = 64, ctx = 1024, iters = 20;
+  if (argc % 2 == 0) {  // an option without its value
+    std::fprintf(stderr, "%s", kUsage);
+    return 2;
+  }
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i];
     const int v = std::atoi(argv[i + 1]);
@@ -276,18 +281,20 @@ int main(int argc, char** argv) {
     } else if (k == "--iters") {
       iters = v;
     } else {
-      std::fprintf(stderr, "usage: kv_stream_bench [--seqs 64] [--ctx 1024] [--iters 20]\n");
+      std::fprintf(stderr, "%s", kUsage);
       return 2;
     }
+  }
+  if (ctx < 64 || ctx % 64 != 0 || seqs < 1 || iters < 1) {
+    std::fprintf(stderr,
+                 "kv_stream_bench: --ctx must be a positive multiple of 64, --seqs and "
+                 "--iters at least 1\n");
+    return 2;
   }
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
     std::fprintf(stderr, "kv_stream_bench: no CUDA device\n");
     return 1;
-  }
-  if (ctx % 64 != 0 || seqs < 1) {
-    std::fprintf(stderr, "kv_stream_bench: --ctx must be a multiple of 64\n");
-    return 2;
   }
   int major = 0;
   TANDEM_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
