@@ -123,7 +123,8 @@ void DisaggregatedEngine::cancel(uint64_t request_id) {
 EngineStatus DisaggregatedEngine::status() const {
   EngineStatus s;
   s.running = decoding_count_.load() + prefilling_count_.load();
-  s.waiting = waiting_count_.load();
+  // Landed requests the decode stage has not admitted yet wait too.
+  s.waiting = waiting_count_.load() + decode_waiting_count_.load();
   s.finished = finished_count_.load();
   auto pool = [](const char* name, ModelRunner& r, int32_t used, int32_t cached) {
     PoolStatus p;
@@ -193,6 +194,8 @@ void DisaggregatedEngine::finish(Sequence* seq, FinishReason reason, std::option
     std::lock_guard lock(mu_);
     cancels_.erase(seq->id);
     seqs_.erase(seq->id);  // seq is gone from here on
+    // The other stage may sleep until there is work or, when stopping, until no request is left.
+    cv_.notify_all();
   }
   finished_count_.fetch_add(1);
   observer->on_finished(std::move(ev));
@@ -201,8 +204,13 @@ void DisaggregatedEngine::finish(Sequence* seq, FinishReason reason, std::option
 // ---- prefill stage -------------------------------------------------------------------------
 
 bool DisaggregatedEngine::reserve_handoff_pages(Sequence& seq) {
-  const int64_t tokens = int64_t(seq.tokens.size());
-  if (draft_ && !seq.draft_prefill_pages.reserve(*prefill_draft_pool_, tokens, page_size_)) {
+  // Room for the prompt and for the token the prefill stage samples at its end, whose KV the
+  // decode stage writes in its first step. Without that slot, prompts that fill the decode pool
+  // exactly (a length at a page boundary) land, wait there for a page for their first step, and
+  // hold every page: nothing runs on the decode stage to free one, and both stages stall.
+  const int64_t prompt = int64_t(seq.tokens.size());
+  const int64_t tokens = prompt + 1;
+  if (draft_ && !seq.draft_prefill_pages.reserve(*prefill_draft_pool_, prompt, page_size_)) {
     return false;
   }
   bool ok = false;
@@ -526,6 +534,7 @@ bool DisaggregatedEngine::decode_step() {
     }
   }
   decoding_count_.store(int32_t(decoding_.size()));
+  decode_waiting_count_.store(int32_t(decode_waiting_.size()));
   {
     std::lock_guard lock(pool_mu_);
     decode_used_.store(decode_pool_.used_pages());

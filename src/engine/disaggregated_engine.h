@@ -162,7 +162,8 @@ class DisaggregatedEngine final : public Engine {
 
   std::atomic<int32_t> decoding_count_{0};
   std::atomic<int32_t> prefilling_count_{0};
-  std::atomic<int32_t> waiting_count_{0};
+  std::atomic<int32_t> waiting_count_{0};         // the prefill stage's queue
+  std::atomic<int32_t> decode_waiting_count_{0};  // landed, not yet admitted to decode
   std::atomic<int32_t> prefill_used_{0};
   std::atomic<int32_t> decode_used_{0};
   std::atomic<int32_t> prefill_cached_{0};

@@ -93,6 +93,25 @@ class Daemon:
             time.sleep(0.05)
         return self.status()
 
+    def diagnose(self, what):
+        """An AssertionError naming `what`, with the daemon's status and the tail of its log."""
+        try:
+            state = json.dumps({k: v for k, v in self.status().items() if k != "memory"})
+        except Exception as e:  # the daemon may be what is stuck
+            state = f"(no status: {e})"
+        self.log.flush()
+        self.log.seek(0)
+        return AssertionError(f"{what}\nstatus: {state}\nlog tail:\n{self.log.read()[-3000:]}")
+
+    def finish(self, c, p, timeout=120):
+        """Client c's (stdout, stderr); a client that never ends is a stalled daemon."""
+        try:
+            return p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.communicate()
+            raise self.diagnose(f"client {c} got no answer within {timeout} s") from None
+
     def stop(self):
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
@@ -127,7 +146,7 @@ class ServeUnderLoad:
         procs = [generate(self.daemon.socket, c % DISTINCT, PRESSURE_OUTPUT) for c in range(CLIENTS)]
         done, overloaded = 0, 0
         for c, p in enumerate(procs):
-            out, err = p.communicate(timeout=120)
+            out, err = self.daemon.finish(c, p)
             if p.returncode == 0:
                 r = json.loads(out)
                 self.assertEqual(r["finish_reason"], "length")
@@ -157,7 +176,7 @@ class ServeUnderLoad:
             time.sleep(max(0.0, start + rng.uniform(0.0, 1.5) - time.time()))
             procs[c].kill()
         for c, p in enumerate(procs):
-            out, err = p.communicate(timeout=120)
+            out, err = self.daemon.finish(c, p)
             if c not in victims:
                 self.assertTrue(p.returncode == 0 or "overloaded:" in err, f"client {c}: {err}")
         s = self.daemon.wait_idle()

@@ -3,10 +3,12 @@
 // greedy output, and every page must come back.
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <thread>
 #include <utility>
 
 #include "engine/disaggregated_engine.h"
@@ -148,6 +150,35 @@ TEST_CASE("the worker thread serves concurrent requests; cancel frees pages wher
     }
     check_pages_free(*engine);
   }
+}
+
+TEST_CASE("two stages: prompts that fill the decode pool exactly still decode") {
+  // Two 8-token prompts on 4-token pages reserve the whole 4-page decode pool in the handshake;
+  // each then needs a ninth slot for its first decode step. The handshake must have reserved it:
+  // with nothing running on the decode stage nobody frees a page, and both would wait forever.
+  EngineOptions o;
+  o.prefill_device = "cpu:0";
+  o.decode_device = "cpu:1";
+  o.page_size = 4;
+  o.kv_pages = 4;
+  auto engine = make_engine(o);
+  engine->start();
+  Collector col;
+  for (uint64_t i = 0; i < 2; ++i) {
+    REQUIRE(engine->submit(i, greedy(prompt_of(8, int(i)), 4), &col).ok());
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (engine->status().finished < 2 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  engine->stop(/*drain_ms=*/0);  // aborts whatever is stuck
+  for (uint64_t i = 0; i < 2; ++i) {
+    CAPTURE(i);
+    REQUIRE(col.results[i].finish);
+    CHECK(col.results[i].finish->reason == FinishReason::kLength);
+    CHECK(col.results[i].ids.size() == 4);
+  }
+  check_pages_free(*engine);
 }
 
 TEST_CASE("requests that can never run are refused at submit with a typed error") {
