@@ -1,6 +1,6 @@
 // Random schedules on the threaded engines (one stage and two, CPU): random page sizes, chunks,
 // token budgets, pools from the smallest that admits the largest request upwards, prefixes that
-// share pages, and cancels at random moments. Whatever the schedule, every request must end
+// share pages, drafts, and cancels at random moments. Whatever the schedule, every request must end
 // (a stall is a failure here, not a hung test), an uncancelled one with the tokens it gets
 // alone, and every page must come back. This is what found the two-stage handshake that
 // reserved no slot for the first decode step (disaggregated_engine.cc, reserve_handoff_pages).
@@ -30,6 +30,13 @@ using testing::prompt_of;
 const std::string& tiny_model() {
   static const std::string dir =
       testing::make_tiny_model("tandem-schedule-fuzz-tiny-qwen", "tiny-qwen", 13);
+  return dir;
+}
+
+// A draft that disagrees often (random weights, other shapes): speculation with rejections.
+const std::string& other_draft() {
+  static const std::string dir =
+      testing::make_tiny_model("tandem-schedule-fuzz-tiny-qwen-draft", "tiny-qwen-draft", 17);
   return dir;
 }
 
@@ -72,6 +79,14 @@ TEST_CASE("random schedules and cancels: every request ends, with its own tokens
     o.prefill_chunk = std::array{4, 16, 64}[size_t(pick(0, 2))];
     o.max_num_batched_tokens = pick(0, 1) ? 2048 : 32;
     o.prefix_caching = pick(0, 1) == 1;
+    // A third of the schedules speculate: greedy tokens must not change, and the draft's pools
+    // (on both stages with two) must come back too. A self-draft accepts every proposal.
+    const int draft = pick(0, 5);
+    if (draft < 2) {
+      o.draft_dir = draft == 0 ? tiny_model() : other_draft();
+      o.draft_max = pick(1, 4);
+      o.draft_min = 1;
+    }
 
     // Half the schedules fill the pool exactly: page-multiple prompts whose first ones' pages
     // add up to the whole pool, the edge where a stage can wait on pages nobody will free.
@@ -93,6 +108,7 @@ TEST_CASE("random schedules and cancels: every request ends, with its own tokens
       o.kv_pages = int32_t(min_pages + pick(0, int(2 * min_pages)));
     }
     CAPTURE(exact);
+    CAPTURE(o.draft_dir);
     CAPTURE(two);
     CAPTURE(o.page_size);
     CAPTURE(o.prefill_chunk);
