@@ -1,9 +1,10 @@
 // Random schedules on the threaded engines (one stage and two, CPU): random page sizes, chunks,
 // token budgets, pools from the smallest that admits the largest request upwards, prefixes that
-// share pages, drafts, and cancels at random moments. Whatever the schedule, every request must end
-// (a stall is a failure here, not a hung test), an uncancelled one with the tokens it gets
-// alone, and every page must come back. This is what found the two-stage handshake that
-// reserved no slot for the first decode step (disaggregated_engine.cc, reserve_handoff_pages).
+// share pages, drafts, and cancels at random moments. Whatever the schedule, every request must
+// end (a stall, 10 s without a token, is a failure here, not a hung test), an uncancelled one
+// with the tokens it gets alone, and every page must come back. It catches the two-stage stall
+// that the daemon's serve test hit once in CI: a handshake that reserved no slot for the first
+// decode step (disaggregated_engine.cc, reserve_handoff_pages).
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -133,9 +134,22 @@ TEST_CASE("random schedules and cancels: every request ends, with its own tokens
       std::this_thread::sleep_for(std::chrono::microseconds(pick(0, 3000)));
       engine->cancel(id);
     }
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    // A stall is no token and no finish for 10 s (a step here takes milliseconds); a slow
+    // machine only makes the wait longer.
+    auto progress = [&] {
+      std::lock_guard lock(col.mu);
+      int64_t n = 0;
+      for (const auto& [id, r] : col.results) n += int64_t(r.ids.size()) + (r.finish ? 1 : 0);
+      return n;
+    };
+    int64_t seen = -1;
+    auto last_change = std::chrono::steady_clock::now();
     while (engine->status().finished < int64_t(reqs.size()) &&
-           std::chrono::steady_clock::now() < deadline) {
+           std::chrono::steady_clock::now() - last_change < std::chrono::seconds(10)) {
+      if (const int64_t now = progress(); now != seen) {
+        seen = now;
+        last_change = std::chrono::steady_clock::now();
+      }
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
     const EngineStatus stalled = engine->status();
