@@ -23,11 +23,6 @@ using namespace tandem;
 
 namespace {
 
-using testing::check_pages_free;
-using testing::Collector;
-using testing::greedy;
-using testing::prompt_of;
-
 const std::string& tiny_model() {
   static const std::string dir =
       testing::make_tiny_model("tandem-schedule-fuzz-tiny-qwen", "tiny-qwen", 13);
@@ -55,8 +50,9 @@ std::vector<int32_t> reference(const Request& r) {
   o.model_dir = tiny_model();
   o.kv_pages = 256;
   auto engine = testing::make_engine(o);
-  Collector c;
-  REQUIRE(engine->submit(0, greedy(prompt_of(r.len, r.salt), r.max_tokens), &c).ok());
+  testing::Collector c;
+  REQUIRE(
+      engine->submit(0, testing::greedy(testing::prompt_of(r.len, r.salt), r.max_tokens), &c).ok());
   engine->run_until_idle();
   REQUIRE(c.results[0].ids.size() == size_t(r.max_tokens));
   return memo[r.key()] = c.results[0].ids;
@@ -125,10 +121,12 @@ TEST_CASE("random schedules and cancels: every request ends, with its own tokens
 
     auto engine = testing::make_engine(o);
     engine->start();
-    Collector col;
+    testing::Collector col;
     for (uint64_t i = 0; i < reqs.size(); ++i) {
       const Request& r = reqs[i];
-      REQUIRE(engine->submit(i, greedy(prompt_of(r.len, r.salt), r.max_tokens), &col).ok());
+      REQUIRE(
+          engine->submit(i, testing::greedy(testing::prompt_of(r.len, r.salt), r.max_tokens), &col)
+              .ok());
     }
     for (uint64_t id : cancelled) {
       std::this_thread::sleep_for(std::chrono::microseconds(pick(0, 3000)));
@@ -170,6 +168,6 @@ TEST_CASE("random schedules and cancels: every request ends, with its own tokens
         CHECK(got == want);
       }
     }
-    check_pages_free(*engine);
+    testing::check_pages_free(*engine);
   }
 }
