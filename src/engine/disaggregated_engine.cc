@@ -204,13 +204,14 @@ void DisaggregatedEngine::finish(Sequence* seq, FinishReason reason, std::option
 // ---- prefill stage -------------------------------------------------------------------------
 
 bool DisaggregatedEngine::reserve_handoff_pages(Sequence& seq) {
-  // Room for the prompt and for the token the prefill stage samples at its end, whose KV the
+  // Room for the tokens the prefill stage computes (the prompt, or prompt and output after a
+  // preemption) and, on the decode stage, for the token it samples at their end, whose KV the
   // decode stage writes in its first step. Without that slot, prompts that fill the decode pool
   // exactly (a length at a page boundary) land, wait there for a page for their first step, and
   // hold every page: nothing runs on the decode stage to free one, and both stages stall.
-  const int64_t prompt = int64_t(seq.tokens.size());
-  const int64_t tokens = prompt + 1;
-  if (draft_ && !seq.draft_prefill_pages.reserve(*prefill_draft_pool_, prompt, page_size_)) {
+  const int64_t prefilled = int64_t(seq.tokens.size());
+  const int64_t tokens = prefilled + 1;
+  if (draft_ && !seq.draft_prefill_pages.reserve(*prefill_draft_pool_, prefilled, page_size_)) {
     return false;
   }
   bool ok = false;

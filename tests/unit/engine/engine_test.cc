@@ -3,12 +3,10 @@
 // greedy output, and every page must come back.
 #include <doctest/doctest.h>
 
-#include <chrono>
 #include <filesystem>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
-#include <thread>
 #include <utility>
 
 #include "engine/disaggregated_engine.h"
@@ -167,10 +165,7 @@ TEST_CASE("two stages: prompts that fill the decode pool exactly still decode") 
   for (uint64_t i = 0; i < 2; ++i) {
     REQUIRE(engine->submit(i, greedy(prompt_of(8, int(i)), 4), &col).ok());
   }
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (engine->status().finished < 2 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
+  CHECK_MESSAGE(testing::wait_finished(*engine, col, 2), "stalled");
   engine->stop(/*drain_ms=*/0);  // aborts whatever is stuck
   for (uint64_t i = 0; i < 2; ++i) {
     CAPTURE(i);

@@ -5,12 +5,14 @@
 
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -87,6 +89,31 @@ inline std::unique_ptr<Engine> make_engine(EngineOptions o) {
 
 inline void check_pages_free(const Engine& e) {
   for (const PoolStatus& p : e.status().pools) CHECK_MESSAGE(p.used_pages == 0, p.name);
+}
+
+// Waits for a started engine to finish `n` requests reporting to `col`; false on a stall: no
+// token and no finish for `quiet` (a step of the tiny models takes milliseconds, so a slow
+// machine only makes the wait longer). The caller stops the engine, which aborts what stalled.
+inline bool wait_finished(const Engine& e, Collector& col, int64_t n,
+                          std::chrono::seconds quiet = std::chrono::seconds(10)) {
+  auto progress = [&] {
+    std::lock_guard lock(col.mu);
+    int64_t events = 0;
+    for (const auto& [id, r] : col.results) events += int64_t(r.ids.size()) + (r.finish ? 1 : 0);
+    return events;
+  };
+  int64_t seen = -1;
+  auto last_change = std::chrono::steady_clock::now();
+  while (e.status().finished < n) {
+    if (const int64_t now = progress(); now != seen) {
+      seen = now;
+      last_change = std::chrono::steady_clock::now();
+    } else if (std::chrono::steady_clock::now() - last_change >= quiet) {
+      return false;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
 }
 
 // Every call passes to `inner`; a test derives from it and overrides what it watches.
