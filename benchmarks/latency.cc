@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <optional>
 #include <vector>
 
 namespace tandem::bench {
@@ -62,7 +63,9 @@ Result<LatencyResult> run_latency(ModelRunner& r, const LatencyOptions& o,
     r.sample(std::span(&first, 1), std::span(&first_token, 1));
   };
   std::vector<double> ttft, prefill_spans;
+  std::optional<ClockSampler> clocks;
   for (int32_t rep = 0; rep <= o.prefill_repeats; ++rep) {
+    if (rep == 1) clocks.emplace(r.pci_bus_id());  // after the warm-up
     const auto t0 = std::chrono::steady_clock::now();
     prefill(0);
     if (rep == 0) continue;
@@ -73,6 +76,7 @@ Result<LatencyResult> run_latency(ModelRunner& r, const LatencyOptions& o,
       prefill_spans.push_back(double(end_ns - start_ns) * 1e-6);
     }
   }
+  ClockStats prefill_clocks = clocks ? clocks->stop() : ClockStats{};
   for (int32_t s = 1; s < o.batch_size; ++s) prefill(s);
 
   const size_t nb = static_cast<size_t>(o.batch_size);
@@ -99,6 +103,7 @@ Result<LatencyResult> run_latency(ModelRunner& r, const LatencyOptions& o,
     for (size_t s = 0; s < nb; ++s) {
       sl[s] = {int32_t(s) * q, q, o.input_len + (step + 1) * q, pages[s]};
     }
+    if (step == warmup) clocks.emplace(r.pci_bus_id());
     const auto t0 = std::chrono::steady_clock::now();
     r.forward(ForwardBatch{toks, sl, rows});
     for (size_t t = 0; t < nt; ++t) reqs[t].history = TokenHistory{prompt, outputs[t / size_t(q)]};
@@ -114,6 +119,8 @@ Result<LatencyResult> run_latency(ModelRunner& r, const LatencyOptions& o,
     for (size_t t = 0; t < nt; ++t) outputs[t / size_t(q)].push_back(out[t]);
   }
   LatencyResult res;
+  res.prefill_clocks = prefill_clocks;
+  if (clocks) res.decode_clocks = clocks->stop();
   res.ttft_ms = median(ttft);
   res.tpot_ms = median(steps);
   res.tok_per_s = 1000.0 * double(nt) / res.tpot_ms;
@@ -143,6 +150,11 @@ std::string to_json(const LatencyOptions& o, const LatencyResult& r, const std::
   if (r.prefill_device_ms > 0) {
     std::snprintf(buf, sizeof(buf), ", \"prefill_device_ms\": %.4f", r.prefill_device_ms);
     json += buf;
+  }
+  for (const auto& [key, stats] : {std::pair{"prefill_clocks", &r.prefill_clocks},
+                                   std::pair{"decode_clocks", &r.decode_clocks}}) {
+    const std::string part = clock_stats_json(key, *stats);
+    if (!part.empty()) json += ", " + part;
   }
   return json + "}";
 }

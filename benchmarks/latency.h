@@ -11,6 +11,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "gpu_clocks.h"
 #include "runner/runner.h"
 
 namespace tandem::bench {
@@ -43,6 +44,9 @@ struct LatencyResult {
   // turnaround between steps.
   double forward_device_ms = 0;
   double prefill_device_ms = 0;  // the first sequence's prompt forward, first event to last
+  // The GPU's SM clock and power over the timed prefills and over the timed decode steps
+  // (gpu_clocks.h); no samples on the CPU or without NVML.
+  ClockStats prefill_clocks, decode_clocks;
 };
 
 // Needs runner.num_pages() >= batch_size * latency_pages_per_seq(opts, page_size), room for

@@ -102,6 +102,9 @@ class ModelRunner {
 
   virtual const ModelConfig& config() const = 0;
   virtual std::string device() const = 0;
+  // The GPU's PCI bus id ("0000:3B:00.0", as cudaDeviceGetPCIBusId gives it), for tools that
+  // ask the driver about it (benchmarks' clock samples); empty for the CPU.
+  virtual std::string pci_bus_id() const { return {}; }
   virtual int32_t page_size() const = 0;
   virtual int32_t num_pages() const = 0;
   // Tokens the sampler may produce: min(model rows, tokenizer vocabulary); set by the engine.

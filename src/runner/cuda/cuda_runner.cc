@@ -468,6 +468,12 @@ void CudaRunner::forward(const ForwardBatch& batch) {
   }
 }
 
+std::string CudaRunner::pci_bus_id() const {
+  char id[32] = {};
+  TANDEM_CUDA_CHECK(cudaDeviceGetPCIBusId(id, int(sizeof(id)), device_));
+  return id;
+}
+
 void CudaRunner::run_model(int32_t T, int32_t L) {
   const ModelConfig& c = config_;
   const int32_t H = int32_t(c.hidden_size), I = int32_t(c.intermediate_size);

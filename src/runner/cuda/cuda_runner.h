@@ -36,6 +36,7 @@ class CudaRunner final : public ModelRunner {
 
   const ModelConfig& config() const override { return config_; }
   std::string device() const override { return "cuda:" + std::to_string(device_); }
+  std::string pci_bus_id() const override;
   int32_t page_size() const override { return page_size_; }
   int32_t num_pages() const override { return num_pages_; }
   void set_valid_vocab(int32_t valid_vocab) override { valid_vocab_ = valid_vocab; }
