@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "kernels/cuda_check.cuh"
+#include "kernels/pdl.cuh"
 
 namespace {
 
@@ -123,16 +124,7 @@ cudaGraphExec_t chain(cudaStream_t stream, int blocks, int syncs, bool pdl, uint
   cudaGraph_t graph;
   TANDEM_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
   for (int i = 0; i < syncs; ++i) {
-    cudaLaunchConfig_t config = {};
-    config.gridDim = blocks;
-    config.blockDim = kThreads;
-    config.stream = stream;
-    cudaLaunchAttribute overlap = {};
-    overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    overlap.val.programmaticStreamSerializationAllowed = 1;
-    config.attrs = &overlap;
-    config.numAttrs = pdl ? 1 : 0;
-    TANDEM_CUDA_CHECK(cudaLaunchKernelEx(&config, step_kernel, word));
+    tandem::kernels::pdl::launch(pdl, step_kernel, dim3(blocks), dim3(kThreads), 0, stream, word);
   }
   TANDEM_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
   cudaGraphExec_t exec;
