@@ -156,6 +156,14 @@ void register_bench(CLI::App& app, int& exit_code) {
     } else {
       std::printf("TTFT %.2f ms, TPOT %.3f ms, %.1f tok/s, %.2f TB/s (MBU %.2f)\n", res->ttft_ms,
                   res->tpot_ms, res->tok_per_s, res->achieved_tb_per_s, res->mbu);
+      // The clock each phase ran at (GPU only): a power-capped board runs slower than its peak.
+      for (const auto& [phase, clk] :
+           {std::pair{"prefill", &res->prefill_clocks}, std::pair{"decode", &res->decode_clocks}}) {
+        if (clk->samples == 0) continue;
+        std::printf("%s: SM clock %.0f-%.0f MHz (mean %.0f), clock events: %s\n", phase,
+                    clk->sm_mhz_min, clk->sm_mhz_max, clk->sm_mhz_mean,
+                    bench::clock_reason_names(clk->reasons).c_str());
+      }
     }
   });
 }
