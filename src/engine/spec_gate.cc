@@ -18,10 +18,22 @@ double SpecGate::Samples::median() const {
   return v[(n - 1) / 2];
 }
 
+double SpecGate::Samples::ms_per_token() const {
+  const auto n = size_t(std::min<int64_t>(observed, kWindow));
+  const double cap = 2.0 * median();
+  double sum_ms = 0, sum_tokens = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (ms[i] > cap) continue;
+    sum_ms += ms[i];
+    sum_tokens += tokens[i];
+  }
+  return sum_ms / sum_tokens;  // the median step itself is never left out
+}
+
 bool SpecGate::shut(int32_t batch_size) const {
   const Bucket& b = buckets_[bucket_of(batch_size)];
   return b.spec.observed >= kMinSpecSamples && b.plain.observed > 0 &&
-         b.spec.median() > b.plain.median() * (1.0 + kMargin);
+         b.spec.ms_per_token() > b.plain.ms_per_token() * (1.0 + kMargin);
 }
 
 std::optional<double> SpecGate::plain_step_ms(int32_t batch_size) const {
@@ -32,7 +44,7 @@ std::optional<double> SpecGate::plain_step_ms(int32_t batch_size) const {
 
 bool SpecGate::clear_win(const Bucket& b) {
   return b.spec.observed >= kMinSpecSamples && b.plain.observed > 0 &&
-         b.spec.median() <= b.plain.median() * kClearWin;
+         b.spec.ms_per_token() <= b.plain.ms_per_token() * kClearWin;
 }
 
 bool SpecGate::speculate(int32_t batch_size) {
@@ -51,8 +63,8 @@ bool SpecGate::speculate(int32_t batch_size) {
 void SpecGate::observe(int32_t batch_size, bool speculated, double step_ms, int64_t emitted) {
   if (step_ms <= 0 || emitted <= 0) return;
   Bucket& b = buckets_[bucket_of(batch_size)];
-  (speculated ? b.spec : b.plain).add(step_ms / double(emitted));
-  if (!speculated) b.plain_steps.add(step_ms);
+  (speculated ? b.spec : b.plain).add(step_ms, double(emitted));
+  if (!speculated) b.plain_steps.add(step_ms, double(emitted));
 }
 
 }  // namespace tandem

@@ -5,10 +5,11 @@
 // gate measures milliseconds per emitted token of speculative and of plain steps, per batch-size
 // bucket, and makes a bucket decode plainly while speculation is measurably slower there. Plain
 // steps probe the plain cost, and while the gate is shut speculative steps probe the speculative
-// one, each every kProbePeriod steps. Each side is judged by the median of its last kWindow
-// steps: a step that meets a shape for the first time (a CUDA graph capture, a cuBLASLt
-// algorithm check: tens of milliseconds on the H200) is an outlier, and an average of it shut
-// batch 1 of the bf16 pair on the GPU, where speculating is 1.84x faster.
+// one, each every kProbePeriod steps. Each side is judged by the milliseconds a token of its
+// last kWindow steps, leaving out the steps over twice their median: a step that meets a shape
+// for the first time (a CUDA graph capture, a cuBLASLt algorithm check: tens of milliseconds on
+// the H200) is an outlier, and an average with it shut batch 1 of the bf16 pair on the GPU,
+// where speculating is 1.84x faster.
 #pragma once
 
 #include <array>
@@ -25,8 +26,8 @@ class SpecGate {
   // plain steps' tokens (SpecDecoder does not report it), the next is measured.
   static constexpr int32_t kProbeSteps = 2;
   static constexpr int32_t kMinSpecSteps = 4;  // speculative steps before the first plain probe
-  // Speculative steps measured before the gate may shut: their lower median then ignores up
-  // to three first-use outliers.
+  // Speculative steps measured before the gate may shut: the outlier cut (twice their lower
+  // median) then leaves out up to three first-use outliers.
   static constexpr int32_t kMinSpecSamples = 6;
   static constexpr double kMargin = 0.05;  // speculation must be this much slower to shut
   // While a speculative token costs at most kClearWin of a plain one (over kMinSpecSamples
@@ -36,7 +37,7 @@ class SpecGate {
   // slowly (context length), while the speculative side is measured at every step.
   static constexpr double kClearWin = 0.75;
   static constexpr int32_t kClearWinPeriod = 4 * kProbePeriod;
-  static constexpr int32_t kWindow = 8;  // recent steps per side, compared by medians
+  static constexpr int32_t kWindow = 8;  // recent steps per side
 
   // What a step of `batch_size` sequences runs: true = the draft policy's k per sequence,
   // false = plain decoding (k = 0 for every sequence). Counts the step.
@@ -53,17 +54,27 @@ class SpecGate {
   std::optional<double> plain_step_ms(int32_t batch_size) const;
 
  private:
-  // The last kWindow milliseconds (per emitted token, or per step), and how many were observed.
+  // The last kWindow steps' milliseconds and emitted tokens, and how many were observed.
   struct Samples {
     std::array<double, kWindow> ms{};
+    std::array<double, kWindow> tokens{};
     int64_t observed = 0;
-    void add(double v) { ms[size_t(observed++ % kWindow)] = v; }
-    double median() const;  // the lower median: outliers above it never decide
+    void add(double step_ms, double emitted) {
+      ms[size_t(observed % kWindow)] = step_ms;
+      tokens[size_t(observed++ % kWindow)] = emitted;
+    }
+    double median() const;  // of the steps' ms, the lower median: outliers above it never decide
+    // Milliseconds a token over the window's steps, leaving out the steps over twice the
+    // median (a first use of a shape: a graph capture). Not a median of each step's ms a token:
+    // at acceptance 0.5 and k = 1 a step emits 1 or 2 tokens at about the same cost, and that
+    // median landed on 1 (cost 4.7 ms a token against 3.8 plain) often enough to shut batch 1,
+    // where k = 1-2 was 1.18-1.26x faster than plain decoding (H200, NOTES.md v31).
+    double ms_per_token() const;
   };
   struct Bucket {
     int64_t steps = 0;
-    Samples spec, plain;  // per emitted token
-    Samples plain_steps;  // per plain step
+    Samples spec, plain;
+    Samples plain_steps;  // per plain step (tokens unused)
   };
   static size_t bucket_of(int32_t batch_size);
   static bool clear_win(const Bucket& b);

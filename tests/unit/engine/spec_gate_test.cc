@@ -105,6 +105,32 @@ TEST_CASE("spec gate: outliers (first uses of a shape) do not shut it; medians d
   }
 }
 
+TEST_CASE("spec gate: judged per token over the window, not by a median of steps' ms a token") {
+  // Acceptance 0.5 at k = 1 (the bf16 pair at D = 0.5 on the H200): a speculative step costs
+  // ~4.7 ms and emits 1 or 2 tokens, a plain one 3.8 ms for 1. Over the first six steps two
+  // drafts were accepted (8 tokens, 3.5 ms a token: speculating pays). A median of each step's
+  // ms a token is 4.7 here, which shut the gate.
+  SpecGate gate;
+  const int64_t emitted[] = {1, 1, 2, 1, 2, 1};
+  int spec_seen = 0;
+  for (int i = 0; i < 2 * SpecGate::kProbePeriod; ++i) {
+    const bool s = gate.speculate(1);
+    const int64_t tokens = s ? emitted[spec_seen++ % 6] : 1;
+    gate.observe(1, s, s ? 4.7 : 3.8, tokens);
+    CHECK_FALSE(gate.shut(1));
+  }
+  // Where the drafts are mostly rejected (one in eight accepted: 4.2 ms a token) it does shut.
+  SpecGate losing;
+  const int64_t rejected[] = {1, 1, 1, 2, 1, 1, 1, 1};
+  spec_seen = 0;
+  for (int i = 0; i < 2 * SpecGate::kProbePeriod; ++i) {
+    const bool s = losing.speculate(1);
+    const int64_t tokens = s ? rejected[spec_seen++ % 8] : 1;
+    losing.observe(1, s, s ? 4.7 : 3.8, tokens);
+  }
+  CHECK(losing.shut(1));
+}
+
 TEST_CASE("spec gate: within the margin it stays open; empty or untimed steps are ignored") {
   SpecGate gate;
   // Speculating 3% dearer per token than plain decoding: not enough to shut.
