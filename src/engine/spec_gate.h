@@ -65,10 +65,10 @@ class SpecGate {
     }
     double median() const;  // of the steps' ms, the lower median: outliers above it never decide
     // Milliseconds a token over the window's steps, leaving out the steps over twice the
-    // median (a first use of a shape: a graph capture). Not a median of each step's ms a token:
-    // at acceptance 0.5 and k = 1 a step emits 1 or 2 tokens at about the same cost, and that
-    // median landed on 1 (cost 4.7 ms a token against 3.8 plain) often enough to shut batch 1,
-    // where k = 1-2 was 1.18-1.26x faster than plain decoding (H200, NOTES.md v31).
+    // median (a first use of a shape: a graph capture). Not a median of each step's ms a token
+    // (the rule before NOTES.md v31): at acceptance 0.5 and k = 1 a step emits 1 or 2 tokens at
+    // about the same cost, and that median can land on the 1-token steps (4.7 ms a token against
+    // 3.8 plain, the H200 pair's costs) while the window's tokens say speculating pays.
     double ms_per_token() const;
   };
   struct Bucket {
