@@ -1,6 +1,6 @@
 // What the GPU's clocks and power did while a benchmark ran. A board at its power limit lowers
 // its SM clock (NVML's "SW power cap"): on the H200 test machine a 2,048-token 7B prefill ran at
-// 1,605-1,680 MHz and a batch-64 decode step at 1,365-1,620 against 1,980 at batch 1
+// 1,605-1,845 MHz and a batch-64 decode step at 1,365-1,965 against 1,980 at batch 1
 // (benchmarks/NOTES.md v31), so a figure means little without the clock it ran at. Samples come
 // from NVML, loaded at run time: builds and machines without the NVIDIA driver run the same
 // benchmarks and report no clocks.

@@ -38,8 +38,8 @@ bool SpecGate::shut(int32_t batch_size) const {
 
 std::optional<double> SpecGate::plain_step_ms(int32_t batch_size) const {
   const Bucket& b = buckets_[bucket_of(batch_size)];
-  if (b.plain_steps.observed == 0) return std::nullopt;
-  return b.plain_steps.median();
+  if (b.plain.observed == 0) return std::nullopt;
+  return b.plain.median();
 }
 
 bool SpecGate::clear_win(const Bucket& b) {
@@ -64,7 +64,6 @@ void SpecGate::observe(int32_t batch_size, bool speculated, double step_ms, int6
   if (step_ms <= 0 || emitted <= 0) return;
   Bucket& b = buckets_[bucket_of(batch_size)];
   (speculated ? b.spec : b.plain).add(step_ms, double(emitted));
-  if (!speculated) b.plain_steps.add(step_ms, double(emitted));
 }
 
 }  // namespace tandem

@@ -73,8 +73,7 @@ class SpecGate {
   };
   struct Bucket {
     int64_t steps = 0;
-    Samples spec, plain;
-    Samples plain_steps;  // per plain step (tokens unused)
+    Samples spec, plain;  // plain's median step is also plain_step_ms()
   };
   static size_t bucket_of(int32_t batch_size);
   static bool clear_win(const Bucket& b);
