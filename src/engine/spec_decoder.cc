@@ -53,9 +53,10 @@ double now_ms() {
 
 void observe_acceptance(Sequence& seq, int32_t k, int32_t accepted) {
   TANDEM_CHECK(k > 0 && accepted >= 0 && accepted <= k, "%d of %d proposals accepted", accepted, k);
-  constexpr double kDecay = 0.8;  // per step: about the last five steps count
-  seq.spec_accepted_decayed = kDecay * seq.spec_accepted_decayed + double(accepted);
-  seq.spec_tried_decayed = kDecay * seq.spec_tried_decayed + double(accepted + (accepted < k));
+  const double tried = double(accepted + (accepted < k));
+  const double decay = std::max(kAcceptanceStepDecay, std::pow(kAcceptanceDecay, tried));
+  seq.spec_accepted_decayed = decay * seq.spec_accepted_decayed + double(accepted);
+  seq.spec_tried_decayed = decay * seq.spec_tried_decayed + tried;
   seq.spec_acceptance = seq.spec_accepted_decayed / seq.spec_tried_decayed;
 }
 

@@ -50,9 +50,17 @@ struct SpecStepTimes {
 // A step's outcome into seq.spec_acceptance, the per-token acceptance a that the policy's
 // E(a, k) = 1 + a + ... + a^k assumes: accepted positions over tried ones (a step accepting
 // `accepted` of k proposals tried accepted + 1 positions, or k when it accepted them all), each
-// count decayed by 0.8 a step. Accepted/proposed would be (a - a^(k+1)) / (k (1 - a)) instead:
+// count decayed as below. Accepted/proposed would be (a - a^(k+1)) / (k (1 - a)) instead:
 // 0.64 for a = 0.9 and k = 8, which steers the policy to too small a k.
 void observe_acceptance(Sequence& seq, int32_t k, int32_t accepted);
+// The decay of observe_acceptance's counts: kAcceptanceDecay a tried position, but no faster
+// than kAcceptanceStepDecay a step, so about the last ten positions count and never fewer than
+// about five steps. Per step alone (0.8 until NOTES.md v32) a step of k = 1, trying one
+// position, kept about five: at acceptance 0.5 the estimate swung under the ~0.24 where k = 1
+// stops paying on the H200 pair and stayed there, plain steps not updating it. Per position
+// alone a step of k = 8 at acceptance 0.9, trying ~6, kept about two steps.
+inline constexpr double kAcceptanceDecay = 0.9;
+inline constexpr double kAcceptanceStepDecay = 0.8;
 
 // Chooses k per sequence from its running acceptance and the measured cost of a draft step
 // relative to a target step (docs/speculative.md explains the policy).

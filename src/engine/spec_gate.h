@@ -30,6 +30,11 @@ class SpecGate {
   // median) then leaves out up to three first-use outliers.
   static constexpr int32_t kMinSpecSamples = 6;
   static constexpr double kMargin = 0.05;  // speculation must be this much slower to shut
+  // ... and by this many standard errors of the two windows' difference. Without it, a window
+  // of unlucky steps (2 of 8 proposals accepted where half are) shut batch 1 of the H200 pair at
+  // acceptance 0.5, and its probes, one measured step each kProbePeriod, rarely reopened it
+  // within a 128-token request: 1.00x where k = 1-2 win 1.19-1.27x (NOTES.md v31, v32).
+  static constexpr double kConfidence = 2.0;
   // While a speculative token costs at most kClearWin of a plain one (over kMinSpecSamples
   // steps), plain probes come every kClearWinPeriod steps instead: each costs a speculating
   // batch (1 - 1 / speed-up) of a step's tokens (2 of ~35 steps in a 128-token run at 1.86x,
@@ -70,6 +75,11 @@ class SpecGate {
     // about the same cost, and that median can land on the 1-token steps (4.7 ms a token against
     // 3.8 plain, the H200 pair's costs) while the window's tokens say speculating pays.
     double ms_per_token() const;
+    // The standard error of ms_per_token() over the same steps, from how far each step's ms
+    // lies from ms_per_token() times its tokens (a ratio estimate's linearised error); 0 below
+    // two steps. At batch 1, acceptance 0.5 and k = 1 the steps emit 1 or 2 tokens, and eight
+    // of them put a window's ms a token within about +-25% of its mean.
+    double ms_per_token_error() const;
   };
   struct Bucket {
     int64_t steps = 0;

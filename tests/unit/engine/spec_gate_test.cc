@@ -119,16 +119,37 @@ TEST_CASE("spec gate: judged per token over the window, not by a median of steps
     gate.observe(1, s, s ? 4.7 : 3.8, tokens);
     CHECK_FALSE(gate.shut(1));
   }
-  // Where the drafts are mostly rejected (one in eight accepted: 4.2 ms a token) it does shut.
+  // Where every draft is rejected (4.7 ms a token) it shuts.
   SpecGate losing;
-  const int64_t rejected[] = {1, 1, 1, 2, 1, 1, 1, 1};
-  spec_seen = 0;
   for (int i = 0; i < 2 * SpecGate::kProbePeriod; ++i) {
     const bool s = losing.speculate(1);
-    const int64_t tokens = s ? rejected[spec_seen++ % 8] : 1;
-    losing.observe(1, s, s ? 4.7 : 3.8, tokens);
+    losing.observe(1, s, s ? 4.7 : 3.8, 1);
   }
   CHECK(losing.shut(1));
+}
+
+TEST_CASE("spec gate: a window slower by less than two standard errors does not shut it") {
+  // One in eight drafts accepted: 4.2 ms a token against 3.99 (3.8 plus the margin), 0.19 ms
+  // over, where eight steps of 1 or 2 tokens put the window's ms a token within +-0.46 (one
+  // standard error). At acceptance 0.5 (3.1 ms a token) such a window comes one time in thirty,
+  // and before NOTES.md v32 it shut the gate for the rest of a short request.
+  SpecGate gate;
+  const int64_t unlucky[] = {1, 1, 1, 2, 1, 1, 1, 1};
+  int spec_seen = 0;
+  for (int i = 0; i < 2 * SpecGate::kProbePeriod; ++i) {
+    const bool s = gate.speculate(1);
+    const int64_t tokens = s ? unlucky[spec_seen++ % 8] : 1;
+    gate.observe(1, s, s ? 4.7 : 3.8, tokens);
+    CHECK_FALSE(gate.shut(1));
+  }
+  // The same window with steady steps (no spread: 1.125 tokens every step, as a batch's total
+  // would be) is evidence: it shuts.
+  SpecGate steady;
+  for (int i = 0; i < 2 * SpecGate::kProbePeriod; ++i) {
+    const bool s = steady.speculate(1);
+    steady.observe(1, s, s ? 4.7 * 8 : 3.8 * 8, s ? 9 : 8);
+  }
+  CHECK(steady.shut(1));
 }
 
 TEST_CASE("spec gate: within the margin it stays open; empty or untimed steps are ignored") {
