@@ -31,7 +31,7 @@ class SpecGate {
   static constexpr int32_t kMinSpecSamples = 6;
   static constexpr double kMargin = 0.05;  // speculation must be this much slower to shut
   // ... and by this many standard errors of the two windows' difference. Without it, a window
-  // of unlucky steps (2 of 8 proposals accepted where half are) shut batch 1 of the H200 pair at
+  // of unlucky steps (1 of 8 proposals accepted where half are) shut batch 1 of the H200 pair at
   // acceptance 0.5, and its probes, one measured step each kProbePeriod, rarely reopened it
   // within a 128-token request: 1.00x where k = 1-2 win 1.19-1.27x (NOTES.md v31, v32).
   static constexpr double kConfidence = 2.0;
