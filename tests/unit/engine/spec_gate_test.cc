@@ -20,6 +20,19 @@ int run(SpecGate& gate, int32_t batch, int steps, double spec_ms, int64_t spec_t
   return speculated;
 }
 
+// Two probe periods of batch 1: speculative steps of `spec_ms` emitting the tokens of `emitted`
+// in turn, plain ones of `plain_ms` emitting 1; checks after each step that the gate is open.
+template <size_t N>
+void run_open(SpecGate& gate, const int64_t (&emitted)[N], double spec_ms, double plain_ms) {
+  size_t spec_seen = 0;
+  for (int i = 0; i < 2 * SpecGate::kProbePeriod; ++i) {
+    const bool s = gate.speculate(1);
+    const int64_t tokens = s ? emitted[spec_seen++ % N] : 1;
+    gate.observe(1, s, s ? spec_ms : plain_ms, tokens);
+    CHECK_FALSE(gate.shut(1));
+  }
+}
+
 }  // namespace
 
 TEST_CASE("spec gate: open at first, one plain probe after the first speculative steps") {
@@ -112,19 +125,10 @@ TEST_CASE("spec gate: judged per token over the window, not by a median of steps
   // here: the rule before shut the gate on these samples.
   SpecGate gate;
   const int64_t emitted[] = {1, 1, 2, 1, 2, 1};
-  int spec_seen = 0;
-  for (int i = 0; i < 2 * SpecGate::kProbePeriod; ++i) {
-    const bool s = gate.speculate(1);
-    const int64_t tokens = s ? emitted[spec_seen++ % 6] : 1;
-    gate.observe(1, s, s ? 4.7 : 3.8, tokens);
-    CHECK_FALSE(gate.shut(1));
-  }
+  run_open(gate, emitted, 4.7, 3.8);
   // Where every draft is rejected (4.7 ms a token) it shuts.
   SpecGate losing;
-  for (int i = 0; i < 2 * SpecGate::kProbePeriod; ++i) {
-    const bool s = losing.speculate(1);
-    losing.observe(1, s, s ? 4.7 : 3.8, 1);
-  }
+  run(losing, 1, 2 * SpecGate::kProbePeriod, 4.7, 1, 3.8, 1);
   CHECK(losing.shut(1));
 }
 
@@ -135,20 +139,11 @@ TEST_CASE("spec gate: a window slower by less than two standard errors does not 
   // and before NOTES.md v32 it shut the gate for the rest of a short request.
   SpecGate gate;
   const int64_t unlucky[] = {1, 1, 1, 2, 1, 1, 1, 1};
-  int spec_seen = 0;
-  for (int i = 0; i < 2 * SpecGate::kProbePeriod; ++i) {
-    const bool s = gate.speculate(1);
-    const int64_t tokens = s ? unlucky[spec_seen++ % 8] : 1;
-    gate.observe(1, s, s ? 4.7 : 3.8, tokens);
-    CHECK_FALSE(gate.shut(1));
-  }
+  run_open(gate, unlucky, 4.7, 3.8);
   // The same window with steady steps (no spread: 1.125 tokens every step, as a batch's total
   // would be) is evidence: it shuts.
   SpecGate steady;
-  for (int i = 0; i < 2 * SpecGate::kProbePeriod; ++i) {
-    const bool s = steady.speculate(1);
-    steady.observe(1, s, s ? 4.7 * 8 : 3.8 * 8, s ? 9 : 8);
-  }
+  run(steady, 1, 2 * SpecGate::kProbePeriod, 4.7 * 8, 9, 3.8 * 8, 8);
   CHECK(steady.shut(1));
 }
 
