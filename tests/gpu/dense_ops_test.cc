@@ -223,9 +223,11 @@ TEST_CASE("gemv_swiglu over NormedRows matches add_rmsnorm then gemv_swiglu") {
 }
 
 TEST_CASE("add_rmsnorm: residual add in fp32, normalised bf16 output") {
-  // 300 and 257 rows: prefill-sized batches of rows.
-  for (auto [rows, width] : {std::pair{1, 64}, std::pair{3, 1000}, std::pair{17, 3584},
-                             std::pair{2, 8192}, std::pair{300, 3584}, std::pair{257, 1000}}) {
+  // 300 and 257 rows: prefill-sized batches of rows. Widths that are multiples of 4 take runs of
+  // four features a thread (16-byte accesses), 1002 and 90 one feature at a time.
+  for (auto [rows, width] :
+       {std::pair{1, 64}, std::pair{3, 1000}, std::pair{17, 3584}, std::pair{2, 8192},
+        std::pair{300, 3584}, std::pair{257, 1000}, std::pair{5, 1002}, std::pair{260, 90}}) {
     CAPTURE(rows);
     CAPTURE(width);
     const float eps = 1e-6f;
