@@ -33,6 +33,14 @@ __device__ __forceinline__ float4 bf16x4_to_float4(uint2 v) {
   return make_float4(__low2float(lo), __high2float(lo), __low2float(hi), __high2float(hi));
 }
 
+// A run's four normalised outputs, bf16(x · inv · g), packed low feature first.
+__device__ __forceinline__ uint2 normed_run(const float* x, const float* g, float inv) {
+  const __nv_bfloat162 lo = __floats2bfloat162_rn(x[0] * inv * g[0], x[1] * inv * g[1]);
+  const __nv_bfloat162 hi = __floats2bfloat162_rn(x[2] * inv * g[2], x[3] * inv * g[3]);
+  return make_uint2(*reinterpret_cast<const uint32_t*>(&lo),
+                    *reinterpret_cast<const uint32_t*>(&hi));
+}
+
 // The shared first pass: residual (+= delta) of this thread's kPerThread elements of the block's
 // row into v (0 past the row), the norm's weights into wv, and the row's 1 / rms.
 template <int kPerThread, bool kVec>
@@ -115,15 +123,8 @@ __global__ void __launch_bounds__(kMaxThreads)
 #pragma unroll
     for (int j = 0; j < kPerThread / 4; ++j) {
       const int c = feature_of<true>(4 * j);
-      if (c >= width) continue;
-      const float* x = v + 4 * j;
-      const float* g = wv + 4 * j;
-      const __nv_bfloat162 lo = __floats2bfloat162_rn(x[0] * inv * g[0], x[1] * inv * g[1]);
-      const __nv_bfloat162 hi = __floats2bfloat162_rn(x[2] * inv * g[2], x[3] * inv * g[3]);
-      uint2 packed;
-      packed.x = *reinterpret_cast<const uint32_t*>(&lo);
-      packed.y = *reinterpret_cast<const uint32_t*>(&hi);
-      *reinterpret_cast<uint2*>(out + base + c) = packed;
+      if (c < width)
+        *reinterpret_cast<uint2*>(out + base + c) = normed_run(v + 4 * j, wv + 4 * j, inv);
     }
   } else {
 #pragma unroll
@@ -152,16 +153,10 @@ __global__ void __launch_bounds__(kMaxThreads)
     for (int j = 0; j < kPerThread / 4; ++j) {
       const int c = feature_of<true>(4 * j);
       float* x = v + 4 * j;
-      const float* g = wv + 4 * j;
-      const __nv_bfloat162 lo = __floats2bfloat162_rn(x[0] * inv * g[0], x[1] * inv * g[1]);
-      const __nv_bfloat162 hi = __floats2bfloat162_rn(x[2] * inv * g[2], x[3] * inv * g[3]);
-      // What launch_fp8_quantize would read back.
-      x[0] = __low2float(lo), x[1] = __high2float(lo), x[2] = __low2float(hi),
-      x[3] = __high2float(hi);
+      const uint2 packed = normed_run(x, wv + 4 * j, inv);
+      const float4 back = bf16x4_to_float4(packed);  // what launch_fp8_quantize would read back
+      x[0] = back.x, x[1] = back.y, x[2] = back.z, x[3] = back.w;
       if (c >= width) continue;
-      uint2 packed;
-      packed.x = *reinterpret_cast<const uint32_t*>(&lo);
-      packed.y = *reinterpret_cast<const uint32_t*>(&hi);
       *reinterpret_cast<uint2*>(out + base + c) = packed;
       amax = fmaxf(fmaxf(amax, fmaxf(fabsf(x[0]), fabsf(x[1]))), fmaxf(fabsf(x[2]), fabsf(x[3])));
     }
