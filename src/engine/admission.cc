@@ -55,4 +55,27 @@ Result<std::unique_ptr<Sequence>> new_sequence(uint64_t request_id, GenerateInpu
   return seq;
 }
 
+void set_up_sequence(Sequence& seq, bool trace, bool speculative) {
+  seq.trace.enabled = trace;
+  if (speculative) {
+    seq.speculative = true;
+    seq.draft_rng.seed = seq.rng.seed ^ 0x9e3779b97f4a7c15ull;
+  }
+}
+
+Status check_submit(bool stopping, bool in_flight, int64_t queued, int32_t max_queue,
+                    uint64_t request_id) {
+  if (stopping) return make_error(ErrorCode::kOverloaded, "the server is shutting down");
+  if (in_flight) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "request id " + std::to_string(request_id) + " is already in flight");
+  }
+  if (queued >= max_queue) {
+    return make_error(
+        ErrorCode::kOverloaded,
+        "the request queue is full (" + std::to_string(max_queue) + " waiting); try again later");
+  }
+  return Status::Ok();
+}
+
 }  // namespace tandem

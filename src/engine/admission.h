@@ -22,4 +22,13 @@ Result<std::unique_ptr<Sequence>> new_sequence(uint64_t request_id, GenerateInpu
                                                const Tokenizer& tokenizer,
                                                const AdmissionLimits& limits);
 
+// An admitted sequence's engine settings: traced or not, and with a draft model its speculative
+// state (the draft's random stream, derived from the request's so a seed fixes both).
+void set_up_sequence(Sequence& seq, bool trace, bool speculative);
+
+// Whether a submit is refused, checked under the engine's lock: the engine is stopping, the
+// request id is already in flight, or `queued` requests wait at the `max_queue` limit.
+Status check_submit(bool stopping, bool in_flight, int64_t queued, int32_t max_queue,
+                    uint64_t request_id);
+
 }  // namespace tandem

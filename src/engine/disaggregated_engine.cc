@@ -90,22 +90,11 @@ Status DisaggregatedEngine::submit(uint64_t request_id, GenerateInput input,
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<Sequence> seq,
                           new_sequence(request_id, std::move(input), observer, model_, tokenizer_,
                                        AdmissionLimits{max_model_len_, page_size_, pool_pages}));
-  seq->trace.enabled = options_.trace;
-  if (spec_) {
-    seq->speculative = true;
-    seq->draft_rng.seed = seq->rng.seed ^ 0x9e3779b97f4a7c15ull;
-  }
+  set_up_sequence(*seq, options_.trace, spec_ != nullptr);
   std::lock_guard lock(mu_);
-  if (stopping_) return make_error(ErrorCode::kOverloaded, "the server is shutting down");
-  if (seqs_.count(request_id)) {
-    return make_error(ErrorCode::kInvalidArgument,
-                      "request id " + std::to_string(request_id) + " is already in flight");
-  }
-  if (int32_t(prefill_inbox_.size()) + waiting_count_.load() >= options_.max_queue) {
-    return make_error(ErrorCode::kOverloaded, "the request queue is full (" +
-                                                  std::to_string(options_.max_queue) +
-                                                  " waiting); try again later");
-  }
+  TANDEM_TRY(check_submit(stopping_, seqs_.count(request_id) > 0,
+                          int64_t(prefill_inbox_.size()) + waiting_count_.load(),
+                          options_.max_queue, request_id));
   seq->arrival_order = next_arrival_++;
   prefill_inbox_.push_back(seq.get());
   seqs_.emplace(request_id, std::move(seq));
