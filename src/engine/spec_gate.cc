@@ -19,43 +19,37 @@ double SpecGate::Samples::median() const {
   return v[(n - 1) / 2];
 }
 
-double SpecGate::Samples::ms_per_token() const {
+SpecGate::Samples::PerToken SpecGate::Samples::per_token() const {
   const auto n = size_t(std::min<int64_t>(observed, kWindow));
   const double cap = 2.0 * median();
   double sum_ms = 0, sum_tokens = 0;
+  size_t kept = 0;
   for (size_t i = 0; i < n; ++i) {
     if (ms[i] > cap) continue;
     sum_ms += ms[i];
     sum_tokens += tokens[i];
-  }
-  return sum_ms / sum_tokens;  // the median step itself is never left out
-}
-
-double SpecGate::Samples::ms_per_token_error() const {
-  const auto n = size_t(std::min<int64_t>(observed, kWindow));
-  const double cap = 2.0 * median(), ratio = ms_per_token();
-  double sum_sq = 0, sum_tokens = 0;
-  size_t kept = 0;
-  for (size_t i = 0; i < n; ++i) {
-    if (ms[i] > cap) continue;
-    const double residual = ms[i] - ratio * tokens[i];
-    sum_sq += residual * residual;
-    sum_tokens += tokens[i];
     ++kept;
   }
-  if (kept < 2) return 0.0;
-  const double mean_tokens = sum_tokens / double(kept);
-  return std::sqrt(sum_sq / double(kept - 1) / double(kept)) / mean_tokens;
+  PerToken r;
+  r.ms = sum_ms / sum_tokens;  // the median step itself is never left out
+  if (kept < 2) return r;
+  double sum_sq = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (ms[i] > cap) continue;
+    const double residual = ms[i] - r.ms * tokens[i];
+    sum_sq += residual * residual;
+  }
+  r.error = std::sqrt(sum_sq / double(kept - 1) / double(kept)) / (sum_tokens / double(kept));
+  return r;
 }
 
 bool SpecGate::shut(int32_t batch_size) const {
   const Bucket& b = buckets_[bucket_of(batch_size)];
   if (b.spec.observed < kMinSpecSamples || b.plain.observed == 0) return false;
-  const double bar = b.plain.ms_per_token() * (1.0 + kMargin);
-  const double spec_err = b.spec.ms_per_token_error();
-  const double plain_err = b.plain.ms_per_token_error() * (1.0 + kMargin);
-  return b.spec.ms_per_token() - bar >
-         kConfidence * std::sqrt(spec_err * spec_err + plain_err * plain_err);
+  const Samples::PerToken spec = b.spec.per_token(), plain = b.plain.per_token();
+  const double plain_err = plain.error * (1.0 + kMargin);
+  return spec.ms - plain.ms * (1.0 + kMargin) >
+         kConfidence * std::sqrt(spec.error * spec.error + plain_err * plain_err);
 }
 
 std::optional<double> SpecGate::plain_step_ms(int32_t batch_size) const {
@@ -66,7 +60,7 @@ std::optional<double> SpecGate::plain_step_ms(int32_t batch_size) const {
 
 bool SpecGate::clear_win(const Bucket& b) {
   return b.spec.observed >= kMinSpecSamples && b.plain.observed > 0 &&
-         b.spec.ms_per_token() <= b.plain.ms_per_token() * kClearWin;
+         b.spec.per_token().ms <= b.plain.per_token().ms * kClearWin;
 }
 
 bool SpecGate::speculate(int32_t batch_size) {

@@ -74,12 +74,14 @@ class SpecGate {
     // (the rule before NOTES.md v31): at acceptance 0.5 and k = 1 a step emits 1 or 2 tokens at
     // about the same cost, and that median can land on the 1-token steps (4.7 ms a token against
     // 3.8 plain, the H200 pair's costs) while the window's tokens say speculating pays.
-    double ms_per_token() const;
-    // The standard error of ms_per_token() over the same steps, from how far each step's ms
-    // lies from ms_per_token() times its tokens (a ratio estimate's linearised error); 0 below
-    // two steps. At batch 1, acceptance 0.5 and k = 1 the steps emit 1 or 2 tokens, and eight
-    // of them put a window's ms a token within about +-25% of its mean.
-    double ms_per_token_error() const;
+    // `error` is its standard error over the same steps, from how far each step's ms lies from
+    // `ms` times its tokens (a ratio estimate's linearised error); 0 below two steps. At batch 1,
+    // acceptance 0.5 and k = 1 the steps emit 1 or 2 tokens, and eight of them put a window's ms
+    // a token within about +-25% of its mean.
+    struct PerToken {
+      double ms = 0, error = 0;
+    };
+    PerToken per_token() const;
   };
   struct Bucket {
     int64_t steps = 0;
