@@ -99,7 +99,6 @@ ClockSampler::ClockSampler(const std::string& pci_bus_id, std::chrono::microseco
   NvmlDevice dev = nullptr;
   if (!n.ok || n.device_by_bus_id(pci_bus_id.c_str(), &dev) != 0) return;
   thread_ = std::thread([this, &n, dev, period] {
-    double sum = 0;
     while (!stop_.load(std::memory_order_relaxed)) {
       unsigned mhz = 0, mw = 0;
       unsigned long long why = 0;
@@ -107,9 +106,8 @@ ClockSampler::ClockSampler(const std::string& pci_bus_id, std::chrono::microseco
         ClockStats& s = stats_;
         s.sm_mhz_min = s.samples == 0 ? mhz : std::min(s.sm_mhz_min, double(mhz));
         s.sm_mhz_max = std::max(s.sm_mhz_max, double(mhz));
-        sum += mhz;
+        mhz_sum_ += mhz;
         ++s.samples;
-        s.sm_mhz_mean = sum / s.samples;
         if (n.power_usage(dev, &mw) == 0) s.power_w_max = std::max(s.power_w_max, mw * 1e-3);
         if (n.event_reasons(dev, &why) == 0) s.reasons |= why;
       }
@@ -125,6 +123,7 @@ ClockSampler::~ClockSampler() {
 ClockStats ClockSampler::stop() {
   stop_.store(true, std::memory_order_relaxed);
   if (thread_.joinable()) thread_.join();
+  if (stats_.samples > 0) stats_.sm_mhz_mean = mhz_sum_ / stats_.samples;
   return stats_;
 }
 

@@ -44,7 +44,8 @@ class ClockSampler {
  private:
   std::atomic<bool> stop_{false};
   std::thread thread_;
-  ClockStats stats_;
+  ClockStats stats_;    // written by the thread until stop() joins it
+  double mhz_sum_ = 0;  // sm_mhz_mean's numerator, divided at stop()
 };
 
 }  // namespace tandem::bench
