@@ -176,6 +176,9 @@ union TcWarpSmem {
   struct {
     float o[kG][D];  // unnormalised output of the warp's slice
     float m[kG], l[kG];
+    // Warp 0's only: each warp's scale in the block's merge, and the block's m and l.
+    float f[kDecodeMaxWarps][kG];
+    float mb[kG], lb[kG];
   } state;
 };
 
@@ -449,23 +452,41 @@ __global__ void __launch_bounds__(32 * kDecodeMaxWarps)
     if (tig == 0) sm.state.m[g] = m, sm.state.l[g] = l;
   }
   __syncthreads();
+  // The scales first, once a query head: every output element used to recompute all of them
+  // (num_warps exps and m loads an element, 5-7 elements a thread at batch 1).
+  auto& merged = warps_sm[0].state;
+  if (threadIdx.x < G) {
+    const int gi = threadIdx.x;
+    float mb = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kDecodeMaxWarps; ++w)
+      if (w < num_warps) mb = fmaxf(mb, warps_sm[w].state.m[gi]);
+    float lb = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kDecodeMaxWarps; ++w) {
+      if (w < num_warps) {
+        const float f = mb == -INFINITY ? 0.0f : __expf(warps_sm[w].state.m[gi] - mb);
+        lb += warps_sm[w].state.l[gi] * f;
+        merged.f[w][gi] = f;
+      }
+    }
+    merged.mb[gi] = mb;
+    merged.lb[gi] = lb;
+  }
+  __syncthreads();
   for (int i = threadIdx.x; i < G * D; i += blockDim.x) {
     const int gi = i / D, d = i % D;
-    float mb = -INFINITY;
-    for (int w = 0; w < num_warps; ++w) mb = fmaxf(mb, warps_sm[w].state.m[gi]);
-    float lb = 0.0f, ob = 0.0f;
-    for (int w = 0; w < num_warps; ++w) {
-      const float f = mb == -INFINITY ? 0.0f : __expf(warps_sm[w].state.m[gi] - mb);
-      lb += warps_sm[w].state.l[gi] * f;
-      ob += warps_sm[w].state.o[gi][d] * f;
-    }
+    float ob = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kDecodeMaxWarps; ++w)
+      if (w < num_warps) ob += warps_sm[w].state.o[gi][d] * merged.f[w][gi];
     const int h = kvh * G + gi;
     if (splits == 1) {  // nothing left to merge: the output itself
-      out[(int64_t(t) * s.num_heads + h) * D + d] = __float2bfloat16(ob / lb);
+      out[(int64_t(t) * s.num_heads + h) * D + d] = __float2bfloat16(ob / merged.lb[gi]);
     } else {
       float* part = partials + ((int64_t(t) * s.num_heads + h) * splits + split) * (D + 2);
       part[d] = ob;
-      if (d == 0) part[D] = mb, part[D + 1] = lb;
+      if (d == 0) part[D] = merged.mb[gi], part[D + 1] = merged.lb[gi];
     }
   }
 }
