@@ -41,6 +41,14 @@ __global__ void __launch_bounds__(kPairWarps * 32)
   const __nv_bfloat16* rows[2] = {w + c * k, w + (c + half) * k};
   constexpr int N = kPdl ? kFirstLoads : 0;
   gemv_warp::FirstLoads<2, N> first;
+  // The epilogue's inputs (bias, the angle's position and frequency, slot) are loaded with the
+  // first weights: the epilogue ends each warp's chain, and its loads came after the reduction.
+  const bool stores = (threadIdx.x & 31) == 0 && part == 0 && p < pairs;
+  RopePair pre[M];
+  if (stores) {
+#pragma unroll
+    for (int t = 0; t < M; ++t) pre[t] = rope_pair_loads(a, t, h, i);
+  }
   x = gemv_warp::start_block<M, kPdl, kNorm, 2, N, kParts>(
       rows, k, x, in, reinterpret_cast<__nv_bfloat16*>(staged), first, part);
   if (kParts == 1 && p >= pairs) return;
@@ -51,10 +59,12 @@ __global__ void __launch_bounds__(kPairWarps * 32)
                                                                          part);
   gemv_warp::allow_successor<kPdl>();
   gemv_warp::combine_parts<kParts>(acc, part);
-  if ((threadIdx.x & 31) != 0 || part != 0 || p >= pairs) return;
+  if (!stores) return;
 #pragma unroll
-  for (int t = 0; t < M; ++t)
-    rope_store_pair(a, t, h, i, bf16_round(acc[0][t]), bf16_round(acc[1][t]));
+  for (int t = 0; t < M; ++t) {
+    rope_pair_angle(a, h, pre[t]);
+    rope_store_pair_with(a, t, h, i, bf16_round(acc[0][t]), bf16_round(acc[1][t]), pre[t]);
+  }
 }
 
 template <bool kNorm>
