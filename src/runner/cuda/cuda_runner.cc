@@ -372,9 +372,11 @@ void CudaRunner::forward(const ForwardBatch& batch) {
     TANDEM_CHECK(id >= 0 && id < config_.vocab_size, "token id %d out of range", id);
     m[off_tokens_ + t] = id;
   }
+  logits_in_place_ = L == T;
   for (int32_t i = 0; i < L; ++i) {
     TANDEM_CHECK(batch.logit_rows[size_t(i)] >= 0 && batch.logit_rows[size_t(i)] < T);
     m[off_logit_rows_ + i] = batch.logit_rows[size_t(i)];
+    logits_in_place_ = logits_in_place_ && batch.logit_rows[size_t(i)] == i;
   }
   const int64_t group = config_.num_heads / config_.num_kv_heads;
   const bool small_q = !decode_only && max_q <= kSmallQueryMaxLen && T <= kSmallQueryMaxTokens &&
@@ -443,7 +445,7 @@ void CudaRunner::forward(const ForwardBatch& batch) {
   };
 
   if (use_graphs_ && ((decode_only && T <= kMaxGraphBatch) || small_q)) {
-    const auto key = std::make_tuple(T, L, decode_slices_, decode_only);
+    const auto key = std::make_tuple(T, L, decode_slices_, decode_only, logits_in_place_);
     auto it = graphs_.find(key);
     if (it == graphs_.end()) {
       cudaGraph_t graph = nullptr;
@@ -601,15 +603,21 @@ void CudaRunner::run_model(int32_t T, int32_t L) {
   kernels::launch_add_rmsnorm(residual, fold || fold_int4 ? nullptr : delta,
                               weights_.final_norm.as<float>(), T, H, eps, normed, stream_, pdl);
   if (L == 0) return;
-  kernels::launch_gather_rows_bf16(normed, meta + off_logit_rows_, L, H,
-                                   picked_.as<__nv_bfloat16>(), stream_, pdl);
+  // One launch less a step where every token's row is a logit row in order (measured: NOTES.md
+  // v33).
+  const __nv_bfloat16* picked = normed;
+  if (!logits_in_place_) {
+    kernels::launch_gather_rows_bf16(normed, meta + off_logit_rows_, L, H,
+                                     picked_.as<__nv_bfloat16>(), stream_, pdl);
+    picked = picked_.as<__nv_bfloat16>();
+  }
   // lm_head stays bf16 in every format (quantized checkpoints keep it as stored).
   if (L <= kernels::kGemvMaxTokens) {
-    kernels::launch_gemv(picked_.as<__nv_bfloat16>(), weights_.lm_head(), L, int32_t(c.vocab_size),
-                         H, logits_.ptr(), true, stream_, 0, pdl);
+    kernels::launch_gemv(picked, weights_.lm_head(), L, int32_t(c.vocab_size), H, logits_.ptr(),
+                         true, stream_, 0, pdl);
   } else {
-    gemm_->run(picked_.as<__nv_bfloat16>(), weights_.lm_head(), L, int32_t(c.vocab_size), H,
-               logits_.ptr(), true, stream_);
+    gemm_->run(picked, weights_.lm_head(), L, int32_t(c.vocab_size), H, logits_.ptr(), true,
+               stream_);
   }
 }
 

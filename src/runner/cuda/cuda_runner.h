@@ -164,6 +164,9 @@ class CudaRunner final : public ModelRunner {
   // Of the current forward: one query token a sequence, the only batch whose attention may start
   // before its q|k|v kernel ends (the early decode kernel reads the earlier keys before the wait).
   bool one_query_per_seq_ = false;
+  // Of the current forward: logit row i is token row i for every token (a decode step, a
+  // verify), so lm_head reads the final norm's rows in place, with no gather launch.
+  bool logits_in_place_ = false;
   int32_t num_sms_ = 1;
 
   // Activations.
@@ -190,8 +193,8 @@ class CudaRunner final : public ModelRunner {
   DeviceAcceptance acceptance_;
   int32_t num_logits_ = 0;
 
-  // tokens, logits, splits, one query token a sequence
-  std::map<std::tuple<int32_t, int32_t, int32_t, bool>, cudaGraphExec_t> graphs_;
+  // tokens, logits, splits, one query token a sequence, logits in place
+  std::map<std::tuple<int32_t, int32_t, int32_t, bool, bool>, cudaGraphExec_t> graphs_;
 };
 
 }  // namespace tandem
