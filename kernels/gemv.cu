@@ -49,15 +49,23 @@ __global__ void __launch_bounds__(kRowWarps * 32)
   gemv_warp::FirstLoads<1, N> first;
   x = gemv_warp::start_block<M, kPdl, false, 1, N, kParts>(rows, k, x, NormedRows{}, nullptr, first,
                                                            part);
+  // kAdd: the residual's entries are read once the kernels before have finished (after the
+  // wait) but before the loop, not after the reduction, where their load ended the warp's chain.
+  const bool stores = (threadIdx.x & 31) == 0 && part == 0 && row < n;
+  float prior[M];
+  if constexpr (kAdd) {
+#pragma unroll
+    for (int t = 0; t < M; ++t) prior[t] = stores ? y[int64_t(t) * ldy + row] : 0.0f;
+  }
   gemv_warp::dot_rows<M, 1, false, gemv_warp::kBytesInFlight, N, kParts>(rows, x, k, acc, &first,
                                                                          part);
   gemv_warp::allow_successor<kPdl>();
   gemv_warp::combine_parts<kParts>(acc, part);
-  if ((threadIdx.x & 31) != 0 || part != 0 || row >= n) return;
+  if (!stores) return;
 #pragma unroll
   for (int t = 0; t < M; ++t) {
     if constexpr (kAdd) {
-      y[int64_t(t) * ldy + row] += __bfloat162float(__float2bfloat16(acc[0][t]));
+      y[int64_t(t) * ldy + row] = prior[t] + __bfloat162float(__float2bfloat16(acc[0][t]));
     } else if constexpr (sizeof(Out) == 4) {
       y[int64_t(t) * ldy + row] = acc[0][t];
     } else {
