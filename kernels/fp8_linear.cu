@@ -191,8 +191,13 @@ struct StoreRows {
     const int v = unit * R + r;
     return v < n ? v : -1;
   }
+  struct Ahead {};  // nothing to load before the loop
   template <int M, int R>
-  __device__ void finish(int unit, const float (&v)[M][R], int lane) const {
+  __device__ Ahead load_ahead(int, int) const {
+    return {};
+  }
+  template <int M, int R>
+  __device__ void finish(int unit, const float (&v)[M][R], int lane, const Ahead&) const {
 #pragma unroll
     for (int t = 0; t < M; ++t)
 #pragma unroll
@@ -252,8 +257,13 @@ struct SwiGluRows {
     const int j = unit * (R / 2) + r / 2;
     return j < width ? (r % 2 == 0 ? j : width + j) : -1;
   }
+  struct Ahead {};  // nothing to load before the loop
   template <int M, int R>
-  __device__ void finish(int unit, const float (&v)[M][R], int lane) const {
+  __device__ Ahead load_ahead(int, int) const {
+    return {};
+  }
+  template <int M, int R>
+  __device__ void finish(int unit, const float (&v)[M][R], int lane, const Ahead&) const {
 #pragma unroll
     for (int t = 0; t < M; ++t)
 #pragma unroll
@@ -295,8 +305,20 @@ struct RopeRows {
     if (j >= pairs()) return -1;
     return (j / half) * target.s.head_dim + j % half + (r % 2) * half;
   }
+  // Lane t (R / 2) + p stores token t's pair p: its bias, angle inputs and slot are loaded before
+  // the loop, not after the reduction, where they ended the warp's chain.
+  struct Ahead {
+    RopePair pair;
+  };
   template <int M, int R>
-  __device__ void finish(int unit, const float (&v)[M][R], int lane) const {
+  __device__ Ahead load_ahead(int unit, int lane) const {
+    const int t = lane / (R / 2), j = unit * (R / 2) + lane % (R / 2), half = target.s.head_dim / 2;
+    Ahead ahead;
+    if (t < M && j < pairs()) ahead.pair = rope_pair_loads(target, t, j / half, j % half);
+    return ahead;
+  }
+  template <int M, int R>
+  __device__ void finish(int unit, const float (&v)[M][R], int lane, Ahead ahead) const {
     const int half = target.s.head_dim / 2;
 #pragma unroll
     for (int t = 0; t < M; ++t)
@@ -304,8 +326,9 @@ struct RopeRows {
       for (int p = 0; p < R / 2; ++p) {
         const int j = unit * (R / 2) + p;
         if (lane != t * (R / 2) + p || j >= pairs()) continue;
-        rope_store_pair(target, t, j / half, j % half, bf16_rounded(v[t][2 * p]),
-                        bf16_rounded(v[t][2 * p + 1]));
+        rope_pair_angle(target, j / half, ahead.pair);
+        rope_store_pair_with(target, t, j / half, j % half, bf16_rounded(v[t][2 * p]),
+                             bf16_rounded(v[t][2 * p + 1]), ahead.pair);
       }
   }
   int32_t tiles() const {
@@ -431,9 +454,20 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
       }
     }
   };
+  // What the epilogue reads besides the sums, loaded with the first weights (the weights' scales,
+  // the epilogue's own inputs) or right after the wait (the activations' scales), not after the
+  // reduction, where those loads ended the warp's chain.
+  float ws[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) ws[r] = kSegmented ? 0.0f : __ldg(w.scale + rows[r]);
+  const auto ahead = epilogue.template load_ahead<M, R>(unit, lane);
   Batch cur;
   load_weights(lane, cur);
   if constexpr (kPdl) pdl::grid_dependency_wait();  // the activations come from the predecessor
+  float xs[M];
+#pragma unroll
+  for (int t = 0; t < M; ++t)
+    xs[t] = !kSegmented && a.x_scale ? pdl::load_input(a.x_scale + t * a.groups) : 1.0f;
   load_activations(lane, cur);
   if constexpr (kPipelined) {
     // The next batch's loads are issued before this batch's math, so a warp always has loads in
@@ -465,12 +499,9 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       v[t][r] = warp_sum(acc[t][r]);
-      if constexpr (!kSegmented) {
-        const float xs = a.x_scale ? a.x_scale[t * a.groups] : 1.0f;
-        v[t][r] = v[t][r] * (xs * w.scale[rows[r]]);
-      }
+      if constexpr (!kSegmented) v[t][r] = v[t][r] * (xs[t] * ws[r]);
     }
-  epilogue.template finish<M, R>(unit, v, lane);
+  epilogue.template finish<M, R>(unit, v, lane, ahead);
 }
 
 // go(segmented, pdl) with both flags as std::bool_constant, for a kernel's template arguments.
