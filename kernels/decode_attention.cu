@@ -513,25 +513,32 @@ void launch_tc(const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_
               page_ids, shape, partials, out);
 }
 
-// One block per (token, head): merge the splits' states. Split 0 is never empty.
+// One block per (token, head): merge the splits' states. Split 0 is never empty. Each split's
+// scale is computed once (warp 0), not once an output dimension.
 __global__ void combine_kernel(const float* __restrict__ partials, int D, int num_heads, int splits,
                                __nv_bfloat16* __restrict__ out) {
+  __shared__ float scale_s[kDecodeMaxSplits];
+  __shared__ float total_s;
   const int t = blockIdx.x, h = blockIdx.y;
   const float* base = partials + (int64_t(t) * num_heads + h) * splits * (D + 2);
-  float mx = -INFINITY;
-  for (int i = 0; i < splits; ++i) mx = fmaxf(mx, base[i * (D + 2) + D]);
-  float total = 0.0f;
-  for (int i = 0; i < splits; ++i) {
-    const float* part = base + i * (D + 2);
-    total += part[D + 1] * __expf(part[D] - mx);
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x;
+    float mx = -INFINITY;
+    for (int i = lane; i < splits; i += 32) mx = fmaxf(mx, base[i * (D + 2) + D]);
+    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    for (int i = lane; i < splits; i += 32) scale_s[i] = __expf(base[i * (D + 2) + D] - mx);
+    __syncwarp();
+    if (lane == 0) {
+      float total = 0.0f;
+      for (int i = 0; i < splits; ++i) total += base[i * (D + 2) + D + 1] * scale_s[i];
+      total_s = total;
+    }
   }
+  __syncthreads();
   for (int d = threadIdx.x; d < D; d += blockDim.x) {
     float o = 0.0f;
-    for (int i = 0; i < splits; ++i) {
-      const float* part = base + i * (D + 2);
-      o += part[d] * __expf(part[D] - mx);
-    }
-    out[(int64_t(t) * num_heads + h) * D + d] = __float2bfloat16(o / total);
+    for (int i = 0; i < splits; ++i) o += base[i * (D + 2) + d] * scale_s[i];
+    out[(int64_t(t) * num_heads + h) * D + d] = __float2bfloat16(o / total_s);
   }
 }
 
