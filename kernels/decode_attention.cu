@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "cuda_check.cuh"
+#include "device_info.cuh"
 #include "mma_sm80.cuh"
 #include "pdl.cuh"
 
@@ -498,7 +499,17 @@ void launch_tc(const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_
                float* partials, __nv_bfloat16* out, cudaStream_t stream, bool pdl) {
   const int max_warps = tc_max_warps<D>();
   const int warps = tc_warps(num_slices, max_warps);
-  const int smem = warps * int(sizeof(TcWarpSmem<D>));
+  // A grid of at most one block an SM asks for max_warps' shared memory whatever its warps use:
+  // blocks of up to 4 warps (up to 70 KB at head size 128: contexts up to 128 keys at batch 1)
+  // cost Qwen2.5-7B ~10 us a layer (3.95 ms a step at 65-96 keys against 3.63 with the same
+  // warps and 87 KB, 3.66 with 139 KB), the 0.5B 10 us a step (0.535 -> 0.525 ms; H200, NOTES.md
+  // v33). The extra memory is never touched; presumably the request changes the L1 / shared split
+  // the SMs run the kernel with (not measured). Larger grids keep their own size, where more
+  // would cost blocks an SM.
+  const int32_t splits = tc_splits(num_slices, max_warps);
+  const int64_t blocks = int64_t(shape.num_tokens) * shape.num_kv_heads * splits;
+  const int smem_warps = blocks <= multiprocessors() ? max_warps : warps;
+  const int smem = smem_warps * int(sizeof(TcWarpSmem<D>));
   // Above 48 KB a kernel must opt in (8 warps at D = 128 take 136 KB).
   // The early start (an overlapped launch): Qwen2.5-0.5B batch 1 0.658 -> 0.634 ms (bf16, x2
   // alternated; H200, NOTES.md v20). At head size 128 its first form measured 8.2 -> 11.7 us
@@ -508,7 +519,7 @@ void launch_tc(const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_
   TANDEM_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   pdl::launch(pdl, kernel,
-              dim3(shape.num_tokens, shape.num_kv_heads, tc_splits(num_slices, max_warps)),
+              dim3(shape.num_tokens, shape.num_kv_heads, splits),
               32 * warps, smem, stream, q, k_cache, v_cache, token_seq, positions, seq_page_start,
               page_ids, shape, partials, out);
 }
