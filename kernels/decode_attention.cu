@@ -518,10 +518,9 @@ void launch_tc(const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_
   auto* kernel = pdl ? decode_attention_tc_kernel<D, true> : decode_attention_tc_kernel<D, false>;
   TANDEM_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  pdl::launch(pdl, kernel,
-              dim3(shape.num_tokens, shape.num_kv_heads, splits),
-              32 * warps, smem, stream, q, k_cache, v_cache, token_seq, positions, seq_page_start,
-              page_ids, shape, partials, out);
+  pdl::launch(pdl, kernel, dim3(shape.num_tokens, shape.num_kv_heads, splits), 32 * warps, smem,
+              stream, q, k_cache, v_cache, token_seq, positions, seq_page_start, page_ids, shape,
+              partials, out);
 }
 
 // One block per (token, head): merge the splits' states. Split 0 is never empty. Each split's
