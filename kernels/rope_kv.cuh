@@ -47,19 +47,26 @@ struct RopePair {
   float inv_freq = 0.0f;
 };
 
-// The loads of a RopePair (q|k heads: the angle's inputs; k|v heads: the slot).
-__device__ __forceinline__ RopePair rope_pair_loads(const RopeKvTarget& a, int t, int h, int i) {
+// The loads the store itself needs: the bias pair and (k|v heads) the slot.
+__device__ __forceinline__ RopePair rope_pair_store_loads(const RopeKvTarget& a, int t, int h,
+                                                          int i) {
   RopePair p;
   const int c = h * a.s.head_dim + i;
   if (a.bias != nullptr) {
     p.b1 = a.bias[c];
     p.b2 = a.bias[c + a.s.head_dim / 2];
   }
+  if (h >= a.s.num_heads) p.slot = a.slots[t];
+  return p;
+}
+
+// Every load of a RopePair: the store's, and (q|k heads) the angle's inputs.
+__device__ __forceinline__ RopePair rope_pair_loads(const RopeKvTarget& a, int t, int h, int i) {
+  RopePair p = rope_pair_store_loads(a, t, h, i);
   if (h < a.s.num_heads + a.s.num_kv_heads) {
     p.position = a.positions[t];
     p.inv_freq = a.inv_freq[i];
   }
-  if (h >= a.s.num_heads) p.slot = a.slots[t];
   return p;
 }
 
@@ -109,7 +116,7 @@ __device__ __forceinline__ void rope_store_pair_with(const RopeKvTarget& a, int 
 // rope_store_pair_with, (sn, cs) the sine and cosine of the token's angle i (rope_angle).
 __device__ __forceinline__ void rope_store_pair_at(const RopeKvTarget& a, int t, int h, int i,
                                                    float x1, float x2, float sn, float cs) {
-  RopePair p = rope_pair_loads(a, t, h, i);
+  RopePair p = rope_pair_store_loads(a, t, h, i);  // the angle is given
   p.sn = sn;
   p.cs = cs;
   rope_store_pair_with(a, t, h, i, x1, x2, p);
