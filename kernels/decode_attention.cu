@@ -503,9 +503,9 @@ void launch_tc(const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_
   // blocks of up to 4 warps (up to 70 KB at head size 128: contexts up to 128 keys at batch 1)
   // cost Qwen2.5-7B ~10 us a layer (3.95 ms a step at 65-96 keys against 3.63 with the same
   // warps and 87 KB, 3.66 with 139 KB; the 0.5B 0.535 -> 0.525 ms in one lease, unchanged in
-  // another; H200, NOTES.md v33). The extra memory is never touched. Not the L1 share: 52 KB ran
-  // at a 228 KB configuration (ncu) and slow, 3.88-3.91 ms, but at a 132 KB one 3.59-3.60, and
-  // 139 KB forced to 228 KB was not slow (3.57-3.58; v34). The slow requests leave room for 3 or
+  // another; H200, NOTES.md v33). The extra memory is never touched. Not the L1 share (v34): 52 KB
+  // at the 228 KB configuration the driver picks gave 3.88-3.91 ms, at a 132 KB one (carveout
+  // attribute) 3.59-3.60, and 139 KB at 228 KB 3.57-3.58. The slow requests leave room for 3 or
   // more blocks on one SM; presumably a few early-launched blocks then share SMs (not traced).
   // Larger grids keep their own size, where more would cost blocks an SM.
   const int32_t splits = tc_splits(num_slices, max_warps);
