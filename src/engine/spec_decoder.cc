@@ -16,11 +16,15 @@ namespace {
 // At least `needed` rows of `width` ids in `rows`, made by `runner`. Growth doubles (a batch
 // growing a sequence at a time reallocates a few times, not every step; a device allocation and
 // free each synchronise) up to `most`, the rows a full speculative batch needs, so the store
-// never holds more than the larger of that and the largest step's need.
+// never holds more than the larger of that and the largest step's need. `most` is
+// most_seqs x rows_each in 64 bits: a configuration without a batch limit (`bench spec`'s
+// fixed-k runs, max_batch 2^30) overflowed the 32-bit product (UBSan, the CLI suite).
 void grow_rows(ProbRows& rows, const ModelRunner& runner, int32_t needed, int32_t width,
-               int32_t most) {
+               int32_t most_seqs, int32_t rows_each) {
   if (rows.rows() >= needed && rows.width() == width) return;
-  const int32_t grown = std::max(needed, std::min(2 * rows.rows(), most));
+  const int64_t most = int64_t(most_seqs) * rows_each;
+  const int32_t grown =
+      int32_t(std::max<int64_t>(needed, std::min<int64_t>(2 * int64_t(rows.rows()), most)));
   rows = {};  // the old rows go first: two bursts' worth is never held at once
   rows = runner.make_prob_rows(grown, width);
 }
@@ -289,7 +293,7 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
   int32_t draft_needed = 0, draft_used = 0;
   for (size_t i = 0; i < n; ++i)
     if (!seqs[i]->params.greedy()) draft_needed += ks[i];
-  if (draft_needed > 0) grow_rows(draft_rows_, draft_, draft_needed, W, most_seqs * most_k);
+  if (draft_needed > 0) grow_rows(draft_rows_, draft_, draft_needed, W, most_seqs, most_k);
   for (int32_t r = 0; r < max_k; ++r) {
     std::vector<int32_t> tokens, rows;
     std::vector<SeqSlice> slices;
@@ -439,7 +443,7 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
   // Into slots [0, rows) of target_rows_, where they stay (device memory on the CUDA runner).
   const int32_t target_needed = int32_t(task_reqs.size());
   if (target_needed > 0) {
-    grow_rows(target_rows_, target_, target_needed, W, most_seqs * (most_k + 1));
+    grow_rows(target_rows_, target_, target_needed, W, most_seqs, most_k + 1);
     target_.probs_into(task_reqs, target_rows_, 0, {});
   }
   const double target_ms = now_ms() - t0;
