@@ -1,5 +1,7 @@
 #include "engine/engine.h"
 
+#include <cstdio>
+
 #include "engine/disaggregated_engine.h"
 #include "engine/local_engine.h"
 #include "engine/scheduling_policy.h"
@@ -28,11 +30,7 @@ namespace {
 // Qwen2.5-7B to 152,064): sampling is limited to the ids both models and the tokenizer know.
 Result<DraftModel> load_draft(const EngineOptions& options, const RunnerOptions& target_ro,
                               const Tokenizer& target_tokenizer) {
-  if (options.draft_max < 1 || options.draft_min < 1 || options.draft_min > options.draft_max) {
-    return make_error(ErrorCode::kInvalidArgument,
-                      "--draft-min and --draft-max must satisfy 1 <= min <= max");
-  }
-  DraftModel d;
+  DraftModel d;  // --draft-min / --draft-max: checked with the other limits (check_limits)
   TANDEM_ASSIGN_OR_RETURN(ModelDir dm, load_model_dir(options.draft_dir));
   TANDEM_TRY(
       load_time_quantization(options.draft_quantization, dm.config.quant, "--draft-quantization"));
@@ -65,16 +63,52 @@ Result<DraftModel> load_draft(const EngineOptions& options, const RunnerOptions&
   return d;
 }
 
-}  // namespace
+Error out_of_range(const std::string& flag, const std::string& value, const std::string& range) {
+  return make_error(ErrorCode::kInvalidArgument, flag + " " + value + ": must be " + range);
+}
 
-Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
-  if (options.page_size < 1) {
-    return make_error(ErrorCode::kInvalidArgument, "--page-size must be >= 1");
+// What a configuration may ask, checked before anything loads so that each error names its flag.
+// The upper bounds keep the sizes derived from them (logit and probability rows: sequences x
+// (draft_max + 1)) inside int32; a speculative step is O(draft_max^2) in the policy's search,
+// and acceptance over 32 proposals in a row is vanishingly rare. Unchecked, --draft-max 2e9 hung
+// the first step, and --gpu-memory-utilization 5 made the KV pool larger than the GPU.
+Status check_limits(const EngineOptions& o) {
+  if (o.page_size < 1) return out_of_range("--page-size", std::to_string(o.page_size), ">= 1");
+  if (o.kv_pages < 0) {
+    return out_of_range("--kv-pages", std::to_string(o.kv_pages), ">= 0 (0 = size from memory)");
   }
-  if (options.prefill_chunk < 1 || options.max_num_batched_tokens < 1 || options.max_num_seqs < 1) {
+  if (!(o.gpu_memory_utilization > 0.0 && o.gpu_memory_utilization <= 1.0)) {
+    char value[32];
+    std::snprintf(value, sizeof value, "%g", o.gpu_memory_utilization);
+    return out_of_range("--gpu-memory-utilization", value, "in (0, 1]");
+  }
+  if (o.prefill_chunk < 1 || o.max_num_batched_tokens < 1 || o.max_num_seqs < 1) {
     return make_error(ErrorCode::kInvalidArgument,
                       "--prefill-chunk, --max-num-batched-tokens and --max-num-seqs must be >= 1");
   }
+  if (o.max_num_seqs > kMaxNumSeqs) {
+    return out_of_range("--max-num-seqs", std::to_string(o.max_num_seqs),
+                        "between 1 and " + std::to_string(kMaxNumSeqs));
+  }
+  if (o.spec_max_batch < 0) {
+    return out_of_range("--spec-max-batch", std::to_string(o.spec_max_batch),
+                        ">= 0 (0 = never speculate)");
+  }
+  if (o.draft_max < 1 || o.draft_min < 1 || o.draft_min > o.draft_max) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "--draft-min and --draft-max must satisfy 1 <= min <= max");
+  }
+  if (o.draft_max > kMaxDraftTokens) {
+    return out_of_range("--draft-max", std::to_string(o.draft_max),
+                        "between 1 and " + std::to_string(kMaxDraftTokens));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
+  TANDEM_TRY(check_limits(options));
   if (auto policy = make_scheduling_policy(options.scheduling_policy); !policy) {
     return policy.error();
   }

@@ -22,6 +22,10 @@ class ChatTemplate;
 struct ModelConfig;
 struct GenerationDefaults;
 
+// Upper bounds of EngineOptions (Engine::create refuses more, naming the flag).
+constexpr int32_t kMaxNumSeqs = 1 << 16;  // --max-num-seqs
+constexpr int32_t kMaxDraftTokens = 32;   // --draft-max
+
 struct EngineOptions {
   std::string model_dir;
   std::string draft_dir;  // empty = no speculative decoding

@@ -318,6 +318,17 @@ Result<std::unique_ptr<ModelRunner>> make_cpu_runner(const ModelDir& model,
   int32_t num_pages = opts.num_pages;
   if (num_pages == 0)
     num_pages = int32_t(std::clamp<int64_t>(kDefaultKvBytes / page_bytes_all_layers, 1, 1 << 30));
+  // The pool is mapped lazily, so a size past the machine's memory would only fail (or swap)
+  // pages later; and the page pool's own bookkeeping is allocated up front (--kv-pages 2e9: ~40 GB
+  // of it, minutes of start-up). Refused here, naming the flags that size it.
+  const int64_t machine_bytes = int64_t(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
+  if (machine_bytes > 0 && num_pages > machine_bytes / page_bytes_all_layers) {
+    return make_error(ErrorCode::kOutOfPages,
+                      "--kv-pages " + std::to_string(num_pages) + " of " +
+                          std::to_string(page_bytes_all_layers) + " bytes (--page-size " +
+                          std::to_string(opts.page_size) + ") need more than this machine's " +
+                          std::to_string(machine_bytes >> 20) + " MiB of memory");
+  }
   TANDEM_ASSIGN_OR_RETURN(
       QuantConfig quant,
       load_time_quantization(opts.quantization, model.config.quant, "--quantization"));

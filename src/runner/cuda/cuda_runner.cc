@@ -31,6 +31,7 @@ namespace {
 
 constexpr int32_t kMaxGraphBatch = 256;               // decode batches captured as graphs
 constexpr int64_t kActivationSlack = 256ll << 20;     // cuBLASLt, graphs, allocator rounding
+constexpr int32_t kMaxForwardTokens = 65535;          // gridDim.y of the prefill-sized launches
 constexpr int64_t kDecodeSplitRows = 4096;            // tokens x splits the split-K scratch holds
 constexpr int64_t kAnchorRefreshNs = 10'000'000'000;  // device-timing clock anchor: every 10 s
 // Split-K decode attention: key slices so that (tokens x KV heads x slices) warps give each SM
@@ -91,6 +92,14 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig& config
   }
   if (opts.page_size < 1) {
     return make_error(ErrorCode::kInvalidArgument, "page_size must be >= 1");
+  }
+  // Prefill-sized launches put a forward's tokens in gridDim.y (silu_mul), whose limit is 65,535:
+  // past it a chunk's launch would fail mid-request.
+  if (opts.max_batch_tokens > kMaxForwardTokens) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "--max-num-batched-tokens " + std::to_string(opts.max_batch_tokens) +
+                          ": the CUDA runner takes at most " + std::to_string(kMaxForwardTokens) +
+                          " tokens a forward");
   }
   TANDEM_CUDA_CHECK(cudaSetDevice(device));
 
@@ -225,7 +234,21 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig& config
     if (pages < 1) {
       return make_error(ErrorCode::kOutOfPages,
                         "gpu_memory_utilization " + std::to_string(opts.gpu_memory_utilization) +
-                            " leaves no room for KV pages after weights and activations");
+                            " leaves no room for KV pages of " + std::to_string(per_page) +
+                            " bytes (--page-size " + std::to_string(r->page_size_) +
+                            ") after weights and activations");
+    }
+  } else {
+    // An explicit --kv-pages past what is free is an error that names it, not a failed
+    // cudaMalloc (which aborts).
+    TANDEM_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    if (pages > (int64_t(free_b) - kActivationSlack) / per_page) {
+      return make_error(ErrorCode::kOutOfPages,
+                        "--kv-pages " + std::to_string(pages) + " x " + std::to_string(per_page) +
+                            " bytes (--page-size " + std::to_string(r->page_size_) + ") is " +
+                            std::to_string(pages * per_page / (1 << 20)) + " MiB of KV; " +
+                            std::to_string(free_b >> 20) + " MiB of " + opts.device +
+                            " are free after weights and activations");
     }
   }
   r->num_pages_ = int32_t(pages);

@@ -505,3 +505,53 @@ TEST_CASE("max_model_len: vLLM's message; a setting past the model's length is r
   REQUIRE(!unknown.ok());
   CHECK(unknown.error().message.find("scheduling_policy") != std::string::npos);
 }
+
+TEST_CASE("settings past their limits are refused at start, naming the flag") {
+  struct Case {
+    const char* flag;
+    void (*set)(EngineOptions&);
+    ErrorCode code;
+  };
+  const Case cases[] = {
+      {"--draft-max", [](EngineOptions& o) { o.draft_max = 2'000'000'000; },
+       ErrorCode::kInvalidArgument},  // hung the first speculative step
+      {"--draft-max", [](EngineOptions& o) { o.draft_max = kMaxDraftTokens + 1; },
+       ErrorCode::kInvalidArgument},
+      {"--draft-min", [](EngineOptions& o) { o.draft_min = 9; }, ErrorCode::kInvalidArgument},
+      {"--max-num-seqs", [](EngineOptions& o) { o.max_num_seqs = kMaxNumSeqs + 1; },
+       ErrorCode::kInvalidArgument},
+      {"--gpu-memory-utilization", [](EngineOptions& o) { o.gpu_memory_utilization = 5; },
+       ErrorCode::kInvalidArgument},
+      {"--gpu-memory-utilization", [](EngineOptions& o) { o.gpu_memory_utilization = 0; },
+       ErrorCode::kInvalidArgument},
+      {"--spec-max-batch", [](EngineOptions& o) { o.spec_max_batch = -5; },
+       ErrorCode::kInvalidArgument},
+      {"--kv-pages", [](EngineOptions& o) { o.kv_pages = -1; }, ErrorCode::kInvalidArgument},
+      // Mapped lazily, the pool used to start and its 2e9-page bookkeeping to take minutes.
+      {"--kv-pages", [](EngineOptions& o) { o.kv_pages = 2'000'000'000; },
+       ErrorCode::kOutOfPages},
+      {"--page-size", [](EngineOptions& o) { o.page_size = 2'000'000'000; },
+       ErrorCode::kOutOfPages},
+  };
+  for (const Case& c : cases) {
+    EngineOptions o;
+    o.model_dir = tiny_model();
+    o.threads = 1;
+    c.set(o);
+    auto engine = Engine::create(o);
+    REQUIRE(!engine.ok());
+    INFO(engine.error().message);
+    CHECK(engine.error().code == c.code);
+    CHECK(engine.error().message.find(c.flag) != std::string::npos);
+  }
+  // Each limit itself is accepted.
+  EngineOptions at_limits;
+  at_limits.model_dir = tiny_model();
+  at_limits.threads = 1;
+  at_limits.draft_max = kMaxDraftTokens;
+  at_limits.max_num_seqs = kMaxNumSeqs;
+  at_limits.gpu_memory_utilization = 1.0;
+  at_limits.spec_max_batch = 0;
+  auto accepted = Engine::create(at_limits);
+  CHECK_MESSAGE(accepted.ok(), (accepted.ok() ? std::string() : accepted.error().message));
+}
