@@ -90,6 +90,9 @@ Status check_limits(const EngineOptions& o) {
     return out_of_range("--max-num-seqs", std::to_string(o.max_num_seqs),
                         "between 1 and " + std::to_string(kMaxNumSeqs));
   }
+  if (o.max_queue < 1) {  // 0 refused every request as "the request queue is full"
+    return out_of_range("--max-queue", std::to_string(o.max_queue), ">= 1");
+  }
   if (o.spec_max_batch < 0) {
     return out_of_range("--spec-max-batch", std::to_string(o.spec_max_batch),
                         ">= 0 (0 = never speculate)");
