@@ -109,6 +109,7 @@ class ModelRunner {
   virtual int32_t num_pages() const = 0;
   // Tokens the sampler may produce: min(model rows, tokenizer vocabulary); set by the engine.
   virtual void set_valid_vocab(int32_t valid_vocab) = 0;
+  // Thread-safe: an engine's status() calls it from other threads while forward() runs.
   virtual MemoryPlan memory_plan() const = 0;
 
   // Runs the model over the batch, writing K/V of every query token into its pages, and keeps

@@ -85,8 +85,7 @@ MemoryPlan CpuRunner::memory_plan() const {
   plan.kv_bytes = int64_t(page_floats_) * 4 * 2 * num_pages_ * config_.num_layers;
   plan.kv_page_bytes = int64_t(page_floats_) * 4 * 2 * config_.num_layers;
   plan.kv_budget_bytes = num_pages_from_budget_ ? kDefaultKvBytes : 0;
-  for (const auto* v : {&x_, &h_, &q_, &k_, &v_, &attn_, &gate_, &up_, &logits_})
-    plan.activation_bytes += int64_t(v->capacity() * sizeof(float));
+  plan.activation_bytes = activation_bytes_.load(std::memory_order_relaxed);
   const int64_t page = sysconf(_SC_PAGESIZE);
   plan.device_total_bytes = int64_t(sysconf(_SC_PHYS_PAGES)) * page;
   plan.device_free_bytes = int64_t(sysconf(_SC_AVPHYS_PAGES)) * page;
@@ -146,6 +145,10 @@ void CpuRunner::forward(const ForwardBatch& batch) {
   // Final norm and lm_head only for the rows whose logits are wanted.
   num_logits_ = int64_t(batch.logit_rows.size());
   grow(logits_, num_logits_ * c.vocab_size);
+  int64_t activation_bytes = 0;
+  for (const auto* v : {&x_, &h_, &q_, &k_, &v_, &attn_, &gate_, &up_, &logits_})
+    activation_bytes += int64_t(v->capacity() * sizeof(float));
+  activation_bytes_.store(activation_bytes, std::memory_order_relaxed);
   std::vector<float> rows(static_cast<size_t>(num_logits_ * hidden));  // [num_logits, hidden]
   for (int64_t i = 0; i < num_logits_; ++i)
     std::copy_n(&x_[size_t(batch.logit_rows[size_t(i)] * hidden)], hidden,

@@ -5,6 +5,7 @@
 // page of one layer is page_size × num_kv_heads × head_dim × 4 contiguous bytes (KvPoolView).
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <vector>
 
@@ -80,6 +81,10 @@ class CpuRunner final : public ModelRunner {
   std::vector<float> up_;      // [num_tokens, intermediate]
   std::vector<float> logits_;  // [num_logits, vocab] of the last forward
   int64_t num_logits_ = 0;
+  // Their capacities' bytes, stored after forward() grows them: memory_plan() runs on other
+  // threads (an engine's status() from the daemon's loop) while a stage's forward() resizes
+  // the vectors, so it must not read them (a data race ThreadSanitizer found).
+  std::atomic<int64_t> activation_bytes_{0};
 };
 
 }  // namespace tandem
