@@ -322,8 +322,8 @@ Result<std::unique_ptr<ModelRunner>> make_cpu_runner(const ModelDir& model,
   if (num_pages == 0)
     num_pages = int32_t(std::clamp<int64_t>(kDefaultKvBytes / page_bytes_all_layers, 1, 1 << 30));
   // The pool is mapped lazily, so a size past the machine's memory would only fail (or swap)
-  // pages later; and the page pool's own bookkeeping is allocated up front (--kv-pages 2e9: ~40 GB
-  // of it, minutes of start-up). Refused here, naming the flags that size it.
+  // pages later; and the page pool's own bookkeeping is allocated up front (--kv-pages 2e9: tens
+  // of GB of it; no start within a minute). Refused here, naming the flags that size it.
   const int64_t machine_bytes = int64_t(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
   if (machine_bytes > 0 && num_pages > machine_bytes / page_bytes_all_layers) {
     return make_error(ErrorCode::kOutOfPages,
