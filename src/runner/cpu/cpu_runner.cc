@@ -18,6 +18,10 @@ namespace {
 // Default KV budget when RunnerOptions::num_pages is 0.
 constexpr int64_t kDefaultKvBytes = int64_t(2) << 30;
 
+int64_t machine_memory_bytes() {
+  return int64_t(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
+}
+
 void grow(std::vector<float>& v, int64_t n) {
   if (v.size() < size_t(n)) v.resize(size_t(n));
 }
@@ -87,7 +91,7 @@ MemoryPlan CpuRunner::memory_plan() const {
   plan.kv_budget_bytes = num_pages_from_budget_ ? kDefaultKvBytes : 0;
   plan.activation_bytes = activation_bytes_.load(std::memory_order_relaxed);
   const int64_t page = sysconf(_SC_PAGESIZE);
-  plan.device_total_bytes = int64_t(sysconf(_SC_PHYS_PAGES)) * page;
+  plan.device_total_bytes = machine_memory_bytes();
   plan.device_free_bytes = int64_t(sysconf(_SC_AVPHYS_PAGES)) * page;
   return plan;
 }
@@ -324,7 +328,7 @@ Result<std::unique_ptr<ModelRunner>> make_cpu_runner(const ModelDir& model,
   // The pool is mapped lazily, so a size past the machine's memory would only fail (or swap)
   // pages later; and the page pool's own bookkeeping is allocated up front (--kv-pages 2e9: tens
   // of GB of it; no start within a minute). Refused here, naming the flags that size it.
-  const int64_t machine_bytes = int64_t(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
+  const int64_t machine_bytes = machine_memory_bytes();
   if (machine_bytes > 0 && num_pages > machine_bytes / page_bytes_all_layers) {
     return make_error(ErrorCode::kOutOfPages,
                       "--kv-pages " + std::to_string(num_pages) + " of " +

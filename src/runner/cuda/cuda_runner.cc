@@ -241,8 +241,7 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig& config
   } else {
     // An explicit --kv-pages past what is free is an error that names it, not a failed
     // cudaMalloc (which aborts).
-    TANDEM_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-    if (pages > (int64_t(free_b) - kActivationSlack) / per_page) {
+    if (pages > (free_now() - kActivationSlack) / per_page) {
       return make_error(ErrorCode::kOutOfPages,
                         "--kv-pages " + std::to_string(pages) + " x " + std::to_string(per_page) +
                             " bytes (--page-size " + std::to_string(r->page_size_) + ") is " +
