@@ -435,11 +435,15 @@ void CudaRunner::forward(const ForwardBatch& batch) {
     if (tc) {
       // At most one wave of kDecodeWarpsPerSm warps per SM: rounded up where the context
       // limits the slices (each still one tile or less), down where the SMs do; whole blocks of
-      // 8 above 8. Contexts of 9-12 tiles (257-384 keys) keep one block of 8 slices, some of two
-      // tiles: a second split and its combine launch cost more (H200, batch 1, NOTES.md v36: at
-      // 256 keys 7B 3.70 -> 3.65-3.67 ms, 8B 4.04 -> 4.01, 0.5B 0.61 -> 0.56; at 384 keys 0.5B
-      // 0.60 -> 0.57, 7B unchanged; at 512 the 7B lost 15-40 us).
-      const auto up = [](int64_t n) { return n <= 8 ? n : n <= 12 ? 8 : (n + 7) / 8 * 8; };
+      // 8 above 8. Grids of at most 8 (token, KV head) blocks (batch 1 of 2-8 KV heads) keep one
+      // block of 8 slices, some of two tiles, for contexts of 9-12 tiles (257-384 keys): a second
+      // split and its combine launch cost more there (H200, batch 1, NOTES.md v36: at 256 keys
+      // 7B 3.70 -> 3.65-3.67 ms, 8B 4.04 -> 4.01, 0.5B 0.61 -> 0.56; at 384 keys 0.5B 0.60 ->
+      // 0.57, 7B unchanged; at 512 the 7B lost 15-40 us). Larger grids were not measured so.
+      const int64_t one_block_tiles = blocks <= 8 ? 12 : 8;
+      const auto up = [&](int64_t n) {
+        return n <= 8 ? n : n <= one_block_tiles ? 8 : (n + 7) / 8 * 8;
+      };
       const auto down = [](int64_t n) { return n <= 8 ? n : n / 8 * 8; };
       slices =
           std::min(up(by_ctx), down(std::max<int64_t>(1, kDecodeWarpsPerSm * num_sms_ / blocks)));
