@@ -25,27 +25,19 @@
 #include "runner/cpu/load_time_fp8.h"
 #include "runner/cpu/rope.h"
 #include "runner/cpu/thread_pool.h"
+#include "runner/decode_slices.h"
 
 namespace tandem {
 namespace {
 
+// The slice rule's default limits (what its unit test uses) are the kernels' own.
+static_assert(DecodeSliceLimits{}.max_slices == kernels::kDecodeMaxSlices &&
+              DecodeSliceLimits{}.max_splits == kernels::kDecodeMaxSplits);
+
 constexpr int32_t kMaxGraphBatch = 256;               // decode batches captured as graphs
 constexpr int64_t kActivationSlack = 256ll << 20;     // cuBLASLt, graphs, allocator rounding
 constexpr int32_t kMaxForwardTokens = 65535;          // gridDim.y of the prefill-sized launches
-constexpr int64_t kDecodeSplitRows = 4096;            // tokens x splits the split-K scratch holds
 constexpr int64_t kAnchorRefreshNs = 10'000'000'000;  // device-timing clock anchor: every 10 s
-// Split-K decode attention: key slices so that (tokens x KV heads x slices) warps give each SM
-// this many. Swept on the H200 (NOTES.md v8, one-warp blocks): 2 -> 8 took Qwen2.5-7B decode at
-// batch 64, 1k context from 10.06 to 7.11 ms a step and batch 16 from 11.0 to 5.87 ms (batch 1
-// at 2k/8k unchanged); 16 gave 7.51 ms at batch 64. With the cp.async kernel (NOTES.md v10) 12
-// measured no better than 8 (batch 64: 5.77 vs 5.76 ms; at 4k 8.63 vs 8.57).
-constexpr int64_t kDecodeWarpsPerSm = 8;
-// The tensor-core kernel (head_dim 64 and 128) takes every decode batch, in slices down to one
-// 32-key tile: at batch 1 and 128 tokens the per-query-head kernel, each block serial over
-// all keys, took 24 us a layer on Qwen2.5-7B and 20 us on Qwen2.5-0.5B (ncu, NOTES.md v9).
-// Minimum slices of 64/128/256 keys measured slower there (7B 3.94/4.05/4.27 vs 3.89 ms), and
-// with multi-warp blocks at a 2k context too (64/128: 4.26/4.43 vs 4.15 ms; NOTES.md v10).
-constexpr int64_t kDecodeTcMinSliceKeys = 32;
 // Batches of a few query tokens a sequence (a speculative verify of k + 1 tokens, a short prompt
 // chunk) are decode-shaped: the tensor-core decode kernel takes their attention (each token its
 // own causal length, positions[t] + 1 keys), not the prefill kernel's 64-row query tiles, and the
@@ -418,42 +410,20 @@ void CudaRunner::forward(const ForwardBatch& batch) {
                                              max_tiles_, m + off_tile_start_, m + off_tile_len_);
   }
   // Decode batches (and small_q ones) take the GQA kernel: K/V read once per KV head, keys in
-  // slices so that the grid has kDecodeWarpsPerSm warps per SM, no slice shorter than the minimum.
-  // The scalar kernel (head sizes other than 64/128) only where it has at least as many blocks as
-  // the per-query-head kernel: many (token, KV head) pairs, or contexts long enough to split into a
-  // group's worth of slices (measured on the H200: at batch 1 and 128 tokens its 4-8 blocks cost
-  // 0.8 ms a step; NOTES.md v5).
+  // slices (runner/decode_slices.h) so that the grid fills the SMs, no slice shorter than the
+  // minimum.
   decode_slices_ = 0;
   if ((decode_only || small_q) && group <= kernels::kDecodeMaxGroup) {
     int32_t max_ctx = 1;
     for (const SeqSlice& q : batch.seqs) max_ctx = std::max(max_ctx, q.context_len);
-    const int64_t blocks = std::max<int64_t>(1, int64_t(T) * config_.num_kv_heads);
-    const bool tc = kernels::decode_attention_tensor_cores(int32_t(config_.head_dim));
-    const int64_t by_ctx =
-        (max_ctx + (tc ? kDecodeTcMinSliceKeys : 128) - 1) / (tc ? kDecodeTcMinSliceKeys : 128);
-    int64_t slices = 0;
-    if (tc) {
-      // At most one wave of kDecodeWarpsPerSm warps per SM: rounded up where the context
-      // limits the slices (each still one tile or less), down where the SMs do; whole blocks of
-      // 8 above 8. Grids of at most 8 (token, KV head) blocks (batch 1 of 2-8 KV heads) keep one
-      // block of 8 slices, some of two tiles, for contexts of 9-12 tiles (257-384 keys): a second
-      // split and its combine launch cost more there (H200, batch 1, NOTES.md v36: at 256 keys
-      // 7B 3.70 -> 3.65-3.67 ms, 8B 4.04 -> 4.01, 0.5B 0.61 -> 0.56; at 384 keys 0.5B 0.60 ->
-      // 0.57, 7B unchanged; at 512 the 7B lost 15-40 us). Larger grids were not measured so.
-      const int64_t one_block_tiles = blocks <= 8 ? 12 : 8;
-      const auto up = [&](int64_t n) {
-        return n <= 8 ? n : n <= one_block_tiles ? 8 : (n + 7) / 8 * 8;
-      };
-      const auto down = [](int64_t n) { return n <= 8 ? n : n / 8 * 8; };
-      slices =
-          std::min(up(by_ctx), down(std::max<int64_t>(1, kDecodeWarpsPerSm * num_sms_ / blocks)));
-    } else {
-      slices = std::min((kDecodeWarpsPerSm * num_sms_ + blocks - 1) / blocks, by_ctx);
-    }
-    slices = std::min<int64_t>(slices, kDecodeSplitRows / std::max(T, 1));  // splits <= slices
-    slices =
-        std::clamp<int64_t>(slices, 1, tc ? kernels::kDecodeMaxSlices : kernels::kDecodeMaxSplits);
-    if (tc || blocks >= num_sms_ || slices >= group) decode_slices_ = int32_t(slices);
+    const DecodeSliceShape shape{T,
+                                 int32_t(config_.num_kv_heads),
+                                 int32_t(group),
+                                 max_ctx,
+                                 kernels::decode_attention_tensor_cores(int32_t(config_.head_dim)),
+                                 num_sms_};
+    decode_slices_ = decode_slice_count(
+        shape, DecodeSliceLimits{kernels::kDecodeMaxSlices, kernels::kDecodeMaxSplits});
   }
   const size_t meta_bytes = size_t(off_page_ids_ + refs) * 4;
   TANDEM_CUDA_CHECK(
