@@ -232,13 +232,13 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig& config
     }
   } else {
     // An explicit --kv-pages past what is free is an error that names it, not a failed
-    // cudaMalloc (which aborts).
-    if (pages > (free_now() - kActivationSlack) / per_page) {
+    // cudaMalloc (which aborts). Nothing was allocated since free_activations was read.
+    if (pages > (free_activations - kActivationSlack) / per_page) {
       return make_error(ErrorCode::kOutOfPages,
                         "--kv-pages " + std::to_string(pages) + " x " + std::to_string(per_page) +
                             " bytes (--page-size " + std::to_string(r->page_size_) + ") is " +
                             std::to_string(pages * per_page / (1 << 20)) + " MiB of KV; " +
-                            std::to_string(free_b >> 20) + " MiB of " + opts.device +
+                            std::to_string(free_activations >> 20) + " MiB of " + opts.device +
                             " are free after weights and activations");
     }
   }
