@@ -236,7 +236,6 @@ __global__ void __launch_bounds__(32 * kDecodeMaxWarps)
                                float* __restrict__ partials, __nv_bfloat16* __restrict__ out) {
   constexpr int D8 = D / 8, KC = D / 16, NT = D / 8, ST = kTcKeys / 8;
   constexpr int LPR = D8, RPI = 32 / LPR, NI = kTcKeys / RPI;  // K/V rows: lanes, rows, copies
-  pdl::allow_dependents();
   if constexpr (!kEarly) pdl::grid_dependency_wait();
   extern __shared__ __align__(128) unsigned char smem_raw[];
   TcWarpSmem<D>* warps_sm = reinterpret_cast<TcWarpSmem<D>*>(smem_raw);
@@ -374,6 +373,12 @@ __global__ void __launch_bounds__(32 * kDecodeMaxWarps)
     }
   }
 
+  // The successor (the o projection) may launch once every block is past its wait, not at
+  // their start: the q|k|v GEMV before lets this kernel launch at its start (a grid of one
+  // wave, gemv_warp::lead_trigger), and an o launched then too put its first weight loads
+  // beside q|k|v's (7B batch 1 3.595-3.596 ms against 3.623-3.626 with the trigger at the
+  // start; H200, NOTES.md v37).
+  pdl::allow_dependents();
   for (int kt = begin; kt < end; kt += kTcKeys) {
     const bool more = kt + kTcKeys < end;
     if (more) my_row = tile_row(kt + kTcKeys);  // in flight during the K wait and the scores

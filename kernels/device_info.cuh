@@ -41,4 +41,13 @@ inline bool has_fp8_tensor_cores() {
   return answer == 1;
 }
 
+// Whether `blocks` blocks of `kernel` (threads and dynamic shared memory a block as launched)
+// are all resident at once on the current device: one wave.
+template <typename... Params>
+bool fits_one_wave(void (*kernel)(Params...), int64_t blocks, int threads, size_t smem) {
+  int per_sm = 0;
+  TANDEM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
+  return blocks <= int64_t(per_sm) * multiprocessors();
+}
+
 }  // namespace tandem::kernels

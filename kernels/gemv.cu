@@ -34,11 +34,14 @@ constexpr int kFoldedSwigluBlocks = 5;
 
 // One warp per output row, or kParts warps a row (gemv_warp::combine_parts). kAdd: y is the
 // fp32 residual and gains the bf16-rounded result (launch_gemv_add); else y is stored (bf16 or
-// fp32). kPdl: may overlap the kernel before it.
-template <int M, typename Out, bool kAdd = false, bool kPdl = false, int kParts = 1>
+// fp32). kPdl: may overlap the kernel before it; kLead: its successor may launch at its start
+// (gemv_warp::lead_trigger).
+template <int M, typename Out, bool kAdd = false, bool kPdl = false, int kParts = 1,
+          bool kLead = false>
 __global__ void __launch_bounds__(kRowWarps * 32)
     gemv_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w, int32_t n,
                 int32_t k, int32_t ldy, Out* __restrict__ y) {
+  gemv_warp::lead_trigger<kPdl, kLead>();
   const int warp = threadIdx.x >> 5, part = warp % kParts;
   const int row = blockIdx.x * (kRowWarps / kParts) + warp / kParts;
   if (kParts == 1 && row >= n) return;  // an exited block counts as having let its successor launch
@@ -59,7 +62,7 @@ __global__ void __launch_bounds__(kRowWarps * 32)
   }
   gemv_warp::dot_rows<M, 1, false, gemv_warp::kBytesInFlight, N, kParts>(rows, x, k, acc, &first,
                                                                          part);
-  gemv_warp::allow_successor<kPdl>();
+  gemv_warp::allow_successor<kPdl, kLead>();
   gemv_warp::combine_parts<kParts>(acc, part);
   if (!stores) return;
 #pragma unroll
@@ -77,13 +80,14 @@ __global__ void __launch_bounds__(kRowWarps * 32)
 // Gate row r and up row r + width per warp; the epilogue rounds both to bf16 first, as the
 // unfused path stores them, so the output equals launch_gemv + launch_silu_mul bit for bit.
 // kNorm: x is RMSNorm(in.residual), staged by the block first (NormedRows). kPdl: may overlap
-// the kernel before it.
-template <int M, bool kNorm, bool kPdl = false>
+// the kernel before it; kLead: its successor may launch at its start (gemv_warp::lead_trigger).
+template <int M, bool kNorm, bool kPdl = false, bool kLead = false>
 __global__ void __launch_bounds__(kThreads, kNorm ? kFoldedSwigluBlocks : 0)
     gemv_swiglu_kernel(const __nv_bfloat16* __restrict__ x, NormedRows in,
                        const __nv_bfloat16* __restrict__ w, int32_t width, int32_t k,
                        __nv_bfloat16* __restrict__ out) {
   extern __shared__ uint4 staged[];  // [M, k] bf16 when kNorm
+  gemv_warp::lead_trigger<kPdl, kLead>();
   const int row = blockIdx.x * kWarps + (threadIdx.x >> 5);
   const int64_t r = row < width ? row : 0;  // warps past the end load row 0 and store nothing
   const __nv_bfloat16* rows[2] = {w + r * k, w + (r + width) * k};
@@ -94,7 +98,7 @@ __global__ void __launch_bounds__(kThreads, kNorm ? kFoldedSwigluBlocks : 0)
   float acc[2][M];
   gemv_warp::dot_rows<M, 2, kNorm, gemv_warp::kBytesInFlight / 2, kPdl ? kFirstLoadsPair : 0>(
       rows, x, k, acc, &first);
-  gemv_warp::allow_successor<kPdl>();
+  gemv_warp::allow_successor<kPdl, kLead>();
   if ((threadIdx.x & 31) != 0) return;
 #pragma unroll
   for (int t = 0; t < M; ++t) {
@@ -114,10 +118,16 @@ void swiglu(const __nv_bfloat16* x, const NormedRows& in, const __nv_bfloat16* w
   }
   const int blocks = (width + kWarps - 1) / kWarps;
   const size_t smem = kNorm ? size_t(m) * k * 2 : 0;
-  // Two tokens: the form with first loads, as launch_tokens.
+  // Two tokens: the form with first loads, as launch_tokens. An overlapped grid of one wave
+  // lets its successor launch at its start (the folded 0.5B's 608 blocks at 5 an SM; a 7B's
+  // 2,368 never are).
   auto* kernel = m == 2 ? gemv_swiglu_kernel<2, kNorm, true>
                  : pdl  ? gemv_swiglu_kernel<1, kNorm, true>
                         : gemv_swiglu_kernel<1, kNorm, false>;
+  if (pdl && fits_one_wave(kernel, blocks, kThreads, smem)) {
+    kernel = m == 2 ? gemv_swiglu_kernel<2, kNorm, true, true>
+                    : gemv_swiglu_kernel<1, kNorm, true, true>;
+  }
   pdl::launch(pdl, kernel, blocks, kThreads, smem, stream, x, in, w, width, k, out);
   TANDEM_CUDA_CHECK_LAUNCH();
 }
@@ -136,6 +146,12 @@ void launch_tokens(int32_t m, const __nv_bfloat16* x, const __nv_bfloat16* w, in
                    : pdl  ? gemv_kernel<1, Out, kAdd, true, P>
                           : gemv_kernel<1, Out, kAdd, false, P>;
     const int blocks = (n + kRowWarps / P - 1) / (kRowWarps / P);
+    // An overlapped grid of one wave lets its successor launch at its start (o and down, a few
+    // hundred blocks; not lm_head's thousands).
+    if (pdl && fits_one_wave(kernel, blocks, kRowWarps * 32, 0)) {
+      kernel = m == 2 ? gemv_kernel<2, Out, kAdd, true, P, true>
+                      : gemv_kernel<1, Out, kAdd, true, P, true>;
+    }
     pdl::launch(pdl, kernel, blocks, kRowWarps * 32, 0, stream, x, w, n, k, ldy, y);
   });
 }

@@ -221,13 +221,23 @@ __device__ __forceinline__ const __nv_bfloat16* start_block(const __nv_bfloat16*
   return x;
 }
 
-// After a GEMV warp's loop: an overlapped launch's successor may launch once every block is
-// here (or has exited), not at their start. A successor launched early let the kernel after it
-// launch too, whose blocks then sat on SM slots the grid still needed (the int4 and FP8 GEMVs:
-// AWQ 7B 2.010 -> 1.950 ms, FP8 7B 2.99 -> 2.69; H200, NOTES.md v21).
-template <bool kPdl>
+// Where an overlapped GEMV lets its successor launch (pdl.cuh). A grid of several waves does it
+// after each warp's loop (allow_successor): a successor launched at the grid's start let the
+// kernel after it launch too, whose blocks then sat on SM slots the grid's later waves needed
+// (the int4 and FP8 GEMVs: AWQ 7B 2.010 -> 1.950 ms, FP8 7B 2.99 -> 2.69; H200, NOTES.md v21).
+// A grid that is resident all at once (kLead: the launcher asked fits_one_wave) has no later
+// wave to crowd, so it lets its successor launch at its start (lead_trigger), and the
+// successor's work before its wait (the decode attention's page lookups and K/V copies, the
+// next GEMV's first weight loads) runs under this grid's loop instead of after it. Measured with
+// a switch that forced these triggers (H200, x2-x3 alternated, NOTES.md v37): bf16 7B batch 1
+// 3.65-3.68 -> 3.60 ms, 8B 3.98-3.99 -> 3.88-3.91, the folded 0.5B 0.546-0.549 -> 0.516-0.517.
+template <bool kPdl, bool kLead>
+__device__ __forceinline__ void lead_trigger() {
+  if constexpr (kPdl && kLead) pdl::allow_dependents();
+}
+template <bool kPdl, bool kLead = false>
 __device__ __forceinline__ void allow_successor() {
-  if constexpr (kPdl) pdl::allow_dependents();
+  if constexpr (kPdl && !kLead) pdl::allow_dependents();
 }
 
 }  // namespace tandem::kernels::gemv_warp

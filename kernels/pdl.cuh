@@ -4,10 +4,11 @@
 // visible. Everything that reads or writes activations, caches or outputs comes after the wait,
 // so nothing can race: the predecessor itself only passed its own wait once the kernel before
 // it had finished. Each such kernel also lets its own successor launch early
-// (allow_dependents()): small kernels at their start, GEMVs after their loop (a GEMV grid of
-// many waves that triggers at its start lets the kernel after next launch and sit on the slots
-// its later waves need; benchmarks/NOTES.md v21). On a plain launch, or before sm_90, both
-// instructions do nothing.
+// (allow_dependents()): small kernels at their start, the decode attention after its wait,
+// GEMVs whose grid is resident all at once at their start and the others after their loop (a
+// GEMV grid of many waves that triggers at its start lets the kernel after next launch and sit
+// on the slots its later waves need; benchmarks/NOTES.md v21, v37). On a plain launch, or
+// before sm_90, both instructions do nothing.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "cuda_check.cuh"
+#include "device_info.cuh"
 #include "gemv.cuh"
 #include "gemv_warp.cuh"
 #include "pdl.cuh"
@@ -25,12 +26,14 @@ constexpr int kFirstLoads = 4;
 
 // Warp p computes rows c = h·D + i and c + D/2 (p = h·D/2 + i), or kParts warps do
 // (gemv_warp::combine_parts). kNorm: x is RMSNorm(in.residual), staged by the block first
-// (NormedRows). kPdl: may overlap the kernel before it.
-template <int M, bool kNorm, bool kPdl = false, int kParts = 1>
+// (NormedRows). kPdl: may overlap the kernel before it; kLead: its successor (the decode
+// attention) may launch at its start (gemv_warp::lead_trigger).
+template <int M, bool kNorm, bool kPdl = false, int kParts = 1, bool kLead = false>
 __global__ void __launch_bounds__(kPairWarps * 32)
     qkv_rope_kernel(const __nv_bfloat16* __restrict__ x, NormedRows in,
                     const __nv_bfloat16* __restrict__ w, int32_t k, RopeKvTarget a) {
   extern __shared__ uint4 staged[];  // [M, k] bf16 when kNorm
+  gemv_warp::lead_trigger<kPdl, kLead>();
   const int half = a.s.head_dim / 2;
   const int pairs = (a.s.num_heads + 2 * a.s.num_kv_heads) * half;
   const int warp = threadIdx.x >> 5, part = warp % kParts;
@@ -57,7 +60,7 @@ __global__ void __launch_bounds__(kPairWarps * 32)
   // latency-bound, and half as many warps as rows.
   gemv_warp::dot_rows<M, 2, kNorm, gemv_warp::kBytesInFlight, N, kParts>(rows, x, k, acc, &first,
                                                                          part);
-  gemv_warp::allow_successor<kPdl>();
+  gemv_warp::allow_successor<kPdl, kLead>();
   gemv_warp::combine_parts<kParts>(acc, part);
   if (!stores) return;
 #pragma unroll
@@ -87,6 +90,12 @@ void qkv_rope(const __nv_bfloat16* x, const NormedRows& in, const __nv_bfloat16*
                    : pdl  ? qkv_rope_kernel<1, kNorm, true, P>
                           : qkv_rope_kernel<1, kNorm, false, P>;
     const int blocks = (rows / 2 + kPairWarps / P - 1) / (kPairWarps / P);
+    // An overlapped grid of one wave (every model's q|k|v so far) lets the attention launch at
+    // its start, so that its page lookups and K/V copies run under this loop.
+    if (pdl && fits_one_wave(kernel, blocks, kPairWarps * 32, smem)) {
+      kernel = m == 2 ? qkv_rope_kernel<2, kNorm, true, P, true>
+                      : qkv_rope_kernel<1, kNorm, true, P, true>;
+    }
     pdl::launch(pdl, kernel, blocks, kPairWarps * 32, smem, stream, x, in, w, k, a);
   });
   TANDEM_CUDA_CHECK_LAUNCH();
