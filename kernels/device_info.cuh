@@ -3,8 +3,12 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <map>
+#include <mutex>
+#include <tuple>
 
 #include "cuda_check.cuh"
 
@@ -41,13 +45,32 @@ inline bool has_fp8_tensor_cores() {
   return answer == 1;
 }
 
+// Blocks of `kernel` (`threads` and `smem` bytes of dynamic shared memory a block) that an SM
+// of the current device holds at once, at least 1; asked once per device, kernel and shape
+// (launchers call it for every launch, and eager steps launch hundreds of kernels). Any
+// cudaFuncSetAttribute the launch needs must come first: the answer counts on it.
+inline int32_t resident_blocks_per_sm(const void* kernel, int threads, size_t smem) {
+  static std::mutex mutex;
+  static std::map<std::tuple<int, const void*, int, size_t>, int32_t> known;
+  int device = 0;
+  TANDEM_CUDA_CHECK(cudaGetDevice(&device));
+  const std::lock_guard<std::mutex> lock(mutex);
+  auto [it, fresh] = known.try_emplace({device, kernel, threads, smem}, 1);
+  if (fresh) {
+    int n = 0;
+    TANDEM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, smem));
+    it->second = std::max(n, 1);
+  }
+  return it->second;
+}
+
 // Whether `blocks` blocks of `kernel` (threads and dynamic shared memory a block as launched)
 // are all resident at once on the current device: one wave.
 template <typename... Params>
 bool fits_one_wave(void (*kernel)(Params...), int64_t blocks, int threads, size_t smem) {
-  int per_sm = 0;
-  TANDEM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
-  return blocks <= int64_t(per_sm) * multiprocessors();
+  const int64_t per_sm =
+      resident_blocks_per_sm(reinterpret_cast<const void*>(kernel), threads, smem);
+  return blocks <= per_sm * multiprocessors();
 }
 
 }  // namespace tandem::kernels

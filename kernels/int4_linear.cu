@@ -7,10 +7,10 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
-#include <tuple>
 #include <type_traits>
 
 #include "cuda_check.cuh"
+#include "device_info.cuh"
 #include "gemv_warp.cuh"
 #include "int4_epilogue.cuh"
 #include "pdl.cuh"
@@ -673,20 +673,6 @@ Plan choose_plan(int tiles, int k, int m, bool groups128, int sms, bool clusters
   return plan;
 }
 
-// Blocks of `kernel` an SM of `device` holds with `smem` bytes of shared memory, asked once.
-int blocks_per_sm(int device, const void* kernel, size_t smem) {
-  static std::mutex mutex;
-  static std::map<std::tuple<int, const void*, size_t>, int> known;
-  const std::lock_guard<std::mutex> lock(mutex);
-  auto [it, fresh] = known.try_emplace({device, kernel, smem}, 1);
-  if (fresh) {
-    int n = 0;
-    TANDEM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kThreads, smem));
-    it->second = std::max(n, 1);
-  }
-  return it->second;
-}
-
 // Shared memory of a launch: x in chunks of `chunk` features, the warps' sums and, sliced or
 // with a paired epilogue, the block's sums.
 struct SmemPlan {
@@ -734,8 +720,8 @@ void launch_gemv_m(const Int4Input& x, const Int4Matrix& w, int32_t m, const Epi
   const SmemPlan sliced_smem = smem_plan<M>(dev.smem_budget, w.k, true);
   auto sliced_slots = [&] {
     allow_smem(sliced, sliced_smem.bytes);  // before the occupancy query, which counts on it
-    return dev.sms *
-           blocks_per_sm(dev.device, reinterpret_cast<const void*>(sliced), sliced_smem.bytes);
+    return dev.sms * resident_blocks_per_sm(reinterpret_cast<const void*>(sliced), kThreads,
+                                            sliced_smem.bytes);
   };
   Plan plan;
   if constexpr (std::is_same_v<Epi, int4_epilogue::Rope>) {
