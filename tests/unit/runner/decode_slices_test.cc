@@ -40,8 +40,11 @@ TEST_CASE(
   // 64 tokens x 4 KV heads = 256 blocks: 8 warps an SM allow 4 slices.
   CHECK(tc_slices(64, 4, 7, 1024) == 4);
   CHECK(tc_slices(256, 4, 7, 1024) == 1);
-  // Past kDecodeSplitRows / tokens the scratch decides: 4096 / 2048 = 2.
+  // On H200's SMs 2,048 tokens get one slice; with SMs to spare (8 x 100,000 / 2,048 allow 384)
+  // kDecodeSplitRows / tokens decides: 4096 / 2048 = 2.
   CHECK(tc_slices(2048, 1, 7, 100000) == 1);
+  CHECK(decode_slice_count(DecodeSliceShape{2048, 1, 7, 100000, true, 100000},
+                           DecodeSliceLimits{}) == 2);
   CHECK(decode_slice_count(DecodeSliceShape{2, 1, 7, 100000, true, 100000}, DecodeSliceLimits{}) ==
         512);  // clamped to the kernel's most slices
 }
