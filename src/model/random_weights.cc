@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "core/check.h"
+#include "core/target_clones.h"
 
 namespace tandem::mkmodel {
 
@@ -62,15 +63,8 @@ inline uint16_t finite_to_bf16(float f) {
   return uint16_t(u >> 16);
 }
 
-// Indices [first, first + count) all in one 2^32 block. Compiled twice (AVX2 and baseline),
-// picked at load time; both produce identical bits (integer ops and one float multiply). Under
-// ThreadSanitizer a single baseline copy: the clones' ifunc resolver is instrumented but runs
-// during relocation, before the sanitizer's runtime exists (every binary crashed at load).
-#if defined(__SANITIZE_THREAD__)
-#define TANDEM_CLONES
-#else
-#define TANDEM_CLONES __attribute__((target_clones("avx2", "default")))
-#endif
+// Indices [first, first + count) all in one 2^32 block. Compiled for AVX2 and the baseline
+// (core/target_clones.h); both produce identical bits (integer ops and one float multiply).
 TANDEM_CLONES void normal_bf16(BlockKeys k, uint32_t first, size_t count, uint16_t* out) {
   for (size_t i = 0; i < count; ++i) out[i] = finite_to_bf16(normal_at(k, first + uint32_t(i)));
 }

@@ -8,6 +8,7 @@
 #include "core/check.h"
 #include "core/dtype.h"
 #include "model/dequant.h"
+#include "runner/cpu/dot_rows.h"
 #include "runner/cpu/fp8_activations.h"
 
 namespace tandem {
@@ -35,41 +36,6 @@ void weight_row_to_f32(const TensorView& w, int64_t row, float* out) {
                    w.name.c_str(), std::string(dtype_name(w.dtype)).c_str());
   }
 }
-
-namespace {
-
-// The one summation order of every dot product here: 8 strided partial sums, then a fixed tree.
-// The widened and the bf16 decode paths share it, so batching never changes a result's bits.
-float reduce8(const float* acc, float tail) {
-  return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + tail;
-}
-
-}  // namespace
-
-float dot_f32(const float* a, const float* b, int64_t n) {
-  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int j = 0; j < 8; ++j) acc[j] += a[i + j] * b[i + j];
-  float tail = 0;
-  for (; i < n; ++i) tail += a[i] * b[i];
-  return reduce8(acc, tail);
-}
-
-namespace {
-
-// dot_f32(a, widened b) for a bf16 row b, without the widened copy.
-float dot_bf16(const float* a, const uint16_t* b, int64_t n) {
-  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int j = 0; j < 8; ++j) acc[j] += a[i + j] * bf16_to_f32(b[i + j]);
-  float tail = 0;
-  for (; i < n; ++i) tail += a[i] * bf16_to_f32(b[i]);
-  return reduce8(acc, tail);
-}
-
-}  // namespace
 
 void linear(ThreadPool& pool, const float* x, int64_t n, const TensorView& w,
             const TensorView* bias, float* y) {
@@ -101,24 +67,22 @@ void linear(ThreadPool& pool, const float* x, int64_t n, const TensorView& w,
     weight_row_to_f32(*bias, 0, bias_f32.data());
   }
   // Parallel over blocks of output features: a block of weight rows is widened once and reused
-  // for every row of x (so weights are read once per call whatever the batch size), and each x
-  // row stays in cache across the block's dot products.
+  // for every row of x (so weights are read once per call whatever the batch size).
   constexpr int64_t kBlock = 16;
   const int64_t blocks = (out_features + kBlock - 1) / kBlock;
+  const float* bias_at = bias ? bias_f32.data() : nullptr;
   pool.parallel_for(blocks, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> rows(
         static_cast<size_t>(kBlock * in_features));  // [kBlock, in_features] widened
     for (int64_t blk = begin; blk < end; ++blk) {
       const int64_t o0 = blk * kBlock;
       const int64_t count = std::min(kBlock, out_features - o0);
+      const float* b = bias_at ? bias_at + o0 : nullptr;
       if (n == 1 && !quantized && w.dtype == DType::kBF16) {
-        // Decode of a bf16 model: widen inside the dot (one pass over the weights); the same
-        // products in the same order as dot_f32 on a widened row, so the same bits.
-        const auto* wp = reinterpret_cast<const uint16_t*>(w.data);
-        for (int64_t r = 0; r < count; ++r) {
-          const float b = bias ? bias_f32[size_t(o0 + r)] : 0.0f;
-          y[o0 + r] = dot_bf16(x, wp + (o0 + r) * in_features, in_features) + b;
-        }
+        // Decode of a bf16 model: widen inside the dot (one pass over the weights), the same
+        // bits as on widened rows.
+        const auto* wp = reinterpret_cast<const uint16_t*>(w.data) + o0 * in_features;
+        dot_rows_bf16(x, wp, count, in_features, b, y + o0);
         continue;
       }
       if (quantized) {
@@ -127,14 +91,7 @@ void linear(ThreadPool& pool, const float* x, int64_t n, const TensorView& w,
         for (int64_t r = 0; r < count; ++r)
           weight_row_to_f32(w, o0 + r, rows.data() + r * in_features);
       }
-      for (int64_t t = 0; t < n; ++t) {
-        const float* xr = x + t * in_features;
-        float* yr = y + t * out_features + o0;
-        for (int64_t r = 0; r < count; ++r) {
-          const float b = bias ? bias_f32[size_t(o0 + r)] : 0.0f;
-          yr[r] = dot_f32(xr, rows.data() + r * in_features, in_features) + b;
-        }
-      }
+      dot_rows_f32(x, n, rows.data(), count, in_features, b, y + o0, out_features);
     }
   });
 }

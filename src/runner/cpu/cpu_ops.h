@@ -8,6 +8,7 @@
 
 #include "model/quant_linear.h"
 #include "model/safetensors.h"
+#include "runner/cpu/dot_rows.h"
 #include "runner/cpu/thread_pool.h"
 
 namespace tandem {
@@ -32,8 +33,5 @@ void rms_norm(const float* x, int64_t n, int64_t dim, const TensorView& weight, 
 
 // out[i] = silu(gate[i]) * up[i] over `count` elements.
 void silu_mul(const float* gate, const float* up, int64_t count, float* out);
-
-// Dot product with several independent accumulators (vectorisable without -ffast-math).
-float dot_f32(const float* a, const float* b, int64_t n);
 
 }  // namespace tandem

@@ -1,0 +1,163 @@
+#include "runner/cpu/dot_rows.h"
+
+#include "core/dtype.h"
+#include "core/target_clones.h"
+
+namespace tandem {
+
+namespace {
+
+// 8 fp32 lanes, the 8 partial sums of the order in dot_rows.h: one AVX register on the AVX2
+// copy, two SSE registers on the baseline one. Vectors never cross a function boundary by value
+// (their ABI differs between the copies).
+typedef float f32x8 __attribute__((vector_size(32)));
+typedef uint32_t u32x8 __attribute__((vector_size(32)));
+// Unaligned views of 8 floats / 8 bf16 in the caller's arrays.
+typedef float f32x8_view __attribute__((vector_size(32), aligned(4), may_alias));
+typedef uint16_t u16x8_view __attribute__((vector_size(16), aligned(2), may_alias));
+#define TANDEM_LOAD8(p) (*reinterpret_cast<const f32x8_view*>(p))
+#define TANDEM_LOAD8_BF16(p) (*reinterpret_cast<const u16x8_view*>(p))
+
+#define TANDEM_INLINE inline __attribute__((always_inline))
+
+// The fixed tree over the 8 partial sums, then the tail.
+TANDEM_INLINE float reduce8(const float* acc, float tail) {
+  return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + tail;
+}
+
+// out[r] = the 8 partial sums of acc[r] reduced, plus the tail of row r, plus its bias.
+template <int R, typename Tail>
+TANDEM_INLINE void finish(const f32x8 (&acc)[R], const float* bias, Tail tail, float* out) {
+  for (int r = 0; r < R; ++r) {
+    float lanes[8];  // [8] acc[r]'s partial sums
+    for (int j = 0; j < 8; ++j) lanes[j] = acc[r][j];
+    out[r] = reduce8(lanes, tail(r)) + (bias ? bias[r] : 0.0f);
+  }
+}
+
+// T tokens of x ([T, k], row stride ldx) against R rows ([R, k]): T * R dot products at once,
+// each row load feeding T of them and each token load R, so that a multiply-add needs (T + R) /
+// (T * R) loads instead of 2. Outputs y[t * ldy + r].
+template <int T, int R>
+TANDEM_INLINE void tile_f32(const float* x, int64_t ldx, const float* rows, int64_t k,
+                            const float* bias, float* y, int64_t ldy) {
+  f32x8 acc[T][R] = {};
+  const int64_t k8 = k & ~int64_t(7);
+  for (int64_t i = 0; i < k8; i += 8) {
+    f32x8 w[R];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) w[r] = TANDEM_LOAD8(rows + r * k + i);
+#pragma GCC unroll 2
+    for (int t = 0; t < T; ++t) {
+      const f32x8 a = TANDEM_LOAD8(x + t * ldx + i);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) acc[t][r] += a * w[r];
+    }
+  }
+  for (int t = 0; t < T; ++t) {
+    const float* xt = x + t * ldx;
+    finish<R>(
+        acc[t], bias,
+        [&](int r) {
+          float tail = 0;
+          for (int64_t i = k8; i < k; ++i) tail += xt[i] * rows[r * k + i];
+          return tail;
+        },
+        y + t * ldy);
+  }
+}
+
+// Every row of `rows` against T tokens, 4 rows at a time.
+template <int T>
+TANDEM_INLINE void token_tile(const float* x, int64_t ldx, const float* rows, int64_t count,
+                              int64_t k, const float* bias, float* y, int64_t ldy) {
+  auto at = [&](int64_t r) { return bias ? bias + r : nullptr; };
+  int64_t r = 0;
+  for (; r + 4 <= count; r += 4) tile_f32<T, 4>(x, ldx, rows + r * k, k, at(r), y + r, ldy);
+  switch (count - r) {
+    case 3:
+      tile_f32<T, 3>(x, ldx, rows + r * k, k, at(r), y + r, ldy);
+      break;
+    case 2:
+      tile_f32<T, 2>(x, ldx, rows + r * k, k, at(r), y + r, ldy);
+      break;
+    case 1:
+      tile_f32<T, 1>(x, ldx, rows + r * k, k, at(r), y + r, ldy);
+      break;
+    default:
+      break;
+  }
+}
+
+// One token against R bf16 rows, each 8 weights widened (bits << 16, as bf16_to_f32) in lanes.
+template <int R>
+TANDEM_INLINE void tile_bf16(const float* x, const uint16_t* rows, int64_t k, const float* bias,
+                             float* y) {
+  f32x8 acc[R] = {};
+  const int64_t k8 = k & ~int64_t(7);
+  for (int64_t i = 0; i < k8; i += 8) {
+    const f32x8 a = TANDEM_LOAD8(x + i);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const u32x8 bits = __builtin_convertvector(TANDEM_LOAD8_BF16(rows + r * k + i), u32x8) << 16;
+      acc[r] += a * (f32x8)bits;  // a vector cast keeps the bits
+    }
+  }
+  finish<R>(
+      acc, bias,
+      [&](int r) {
+        float tail = 0;
+        for (int64_t i = k8; i < k; ++i) tail += x[i] * bf16_to_f32(rows[r * k + i]);
+        return tail;
+      },
+      y);
+}
+
+}  // namespace
+
+// Rows outer, tokens inner: 4 rows (4 * k floats) stay in L1 while the tokens stream past them
+// two at a time.
+TANDEM_CLONES void dot_rows_f32(const float* x, int64_t n, const float* rows, int64_t count,
+                                int64_t k, const float* bias, float* y, int64_t ldy) {
+  constexpr int64_t kRows = 4;
+  for (int64_t r0 = 0; r0 < count; r0 += kRows) {
+    const int64_t rc = count - r0 < kRows ? count - r0 : kRows;
+    const float* rb = rows + r0 * k;
+    const float* bb = bias ? bias + r0 : nullptr;
+    int64_t t = 0;
+    for (; t + 2 <= n; t += 2) token_tile<2>(x + t * k, k, rb, rc, k, bb, y + t * ldy + r0, ldy);
+    if (t < n) token_tile<1>(x + t * k, k, rb, rc, k, bb, y + t * ldy + r0, ldy);
+  }
+}
+
+TANDEM_CLONES void dot_rows_bf16(const float* x, const uint16_t* rows, int64_t count, int64_t k,
+                                 const float* bias, float* y) {
+  auto at = [&](int64_t r) { return bias ? bias + r : nullptr; };
+  int64_t r = 0;
+  for (; r + 4 <= count; r += 4) tile_bf16<4>(x, rows + r * k, k, at(r), y + r);
+  switch (count - r) {
+    case 3:
+      tile_bf16<3>(x, rows + r * k, k, at(r), y + r);
+      break;
+    case 2:
+      tile_bf16<2>(x, rows + r * k, k, at(r), y + r);
+      break;
+    case 1:
+      tile_bf16<1>(x, rows + r * k, k, at(r), y + r);
+      break;
+    default:
+      break;
+  }
+}
+
+float dot_f32(const float* a, const float* b, int64_t n) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; ++j) acc[j] += a[i + j] * b[i + j];
+  float tail = 0;
+  for (; i < n; ++i) tail += a[i] * b[i];
+  return reduce8(acc, tail);
+}
+
+}  // namespace tandem
