@@ -89,25 +89,23 @@ TANDEM_INLINE void token_tile(const float* x, int64_t ldx, const float* rows, in
   }
 }
 
-// One token against R bf16 rows, each 8 weights widened (bits << 16, as bf16_to_f32) in lanes.
-template <int R>
-TANDEM_INLINE void tile_bf16(const float* x, const uint16_t* rows, int64_t k, const float* bias,
-                             float* y) {
-  f32x8 acc[R] = {};
+// One token against one bf16 row, 8 weights widened (bits << 16, as bf16_to_f32) at a time. A
+// row at a time streams the weights in address order: on a 2-core CI-like machine one thread read
+// an lm_head-sized matrix at 18 GB/s so, at 7.3 and 10.6 with 2 and 4 rows interleaved (the
+// hardware prefetcher follows one stream best), against 15.5 for the scalar loop before.
+TANDEM_INLINE void row_bf16(const float* x, const uint16_t* row, int64_t k, const float* bias,
+                            float* y) {
+  f32x8 acc[1] = {};
   const int64_t k8 = k & ~int64_t(7);
   for (int64_t i = 0; i < k8; i += 8) {
-    const f32x8 a = TANDEM_LOAD8(x + i);
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) {
-      const u32x8 bits = __builtin_convertvector(TANDEM_LOAD8_BF16(rows + r * k + i), u32x8) << 16;
-      acc[r] += a * (f32x8)bits;  // a vector cast keeps the bits
-    }
+    const u32x8 bits = __builtin_convertvector(TANDEM_LOAD8_BF16(row + i), u32x8) << 16;
+    acc[0] += TANDEM_LOAD8(x + i) * (f32x8)bits;  // a vector cast keeps the bits
   }
-  finish<R>(
+  finish<1>(
       acc, bias,
-      [&](int r) {
+      [&](int) {
         float tail = 0;
-        for (int64_t i = k8; i < k; ++i) tail += x[i] * bf16_to_f32(rows[r * k + i]);
+        for (int64_t i = k8; i < k; ++i) tail += x[i] * bf16_to_f32(row[i]);
         return tail;
       },
       y);
@@ -132,22 +130,8 @@ TANDEM_CLONES void dot_rows_f32(const float* x, int64_t n, const float* rows, in
 
 TANDEM_CLONES void dot_rows_bf16(const float* x, const uint16_t* rows, int64_t count, int64_t k,
                                  const float* bias, float* y) {
-  auto at = [&](int64_t r) { return bias ? bias + r : nullptr; };
-  int64_t r = 0;
-  for (; r + 4 <= count; r += 4) tile_bf16<4>(x, rows + r * k, k, at(r), y + r);
-  switch (count - r) {
-    case 3:
-      tile_bf16<3>(x, rows + r * k, k, at(r), y + r);
-      break;
-    case 2:
-      tile_bf16<2>(x, rows + r * k, k, at(r), y + r);
-      break;
-    case 1:
-      tile_bf16<1>(x, rows + r * k, k, at(r), y + r);
-      break;
-    default:
-      break;
-  }
+  for (int64_t r = 0; r < count; ++r)
+    row_bf16(x, rows + r * k, k, bias ? bias + r : nullptr, y + r);
 }
 
 float dot_f32(const float* a, const float* b, int64_t n) {
