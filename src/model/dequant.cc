@@ -1,6 +1,9 @@
 #include "model/dequant.h"
 
+#include <algorithm>
+#include <array>
 #include <cstring>
+#include <vector>
 
 #include "core/check.h"
 #include "core/dtype.h"
@@ -13,19 +16,21 @@ namespace {
 // order = {0, 2, 4, 6, 1, 3, 5, 7}; the inverse says which nibble holds feature c*8 + j.
 constexpr int kAwqNibbleOf[8] = {0, 4, 1, 5, 2, 6, 3, 7};
 
-int awq_nibble(uint32_t packed, int64_t feature) {
-  return int((packed >> (4 * kAwqNibbleOf[feature % 8])) & 15u);
-}
-
-// GPTQ packs in plain order: element j of a run of 8 is nibble j.
-int plain_nibble(uint32_t packed, int64_t index) {
-  return int((packed >> (4 * (index % 8))) & 15u);
+// The 256 e4m3 codes decoded once: fp8_e4m3_to_f32 per element was a call and a branch each.
+const float* e4m3_values() {
+  static const std::array<float, 256> values = [] {
+    std::array<float, 256> v{};
+    for (int c = 0; c < 256; ++c) v[size_t(c)] = fp8_e4m3_to_f32(uint8_t(c));
+    return v;
+  }();
+  return values.data();
 }
 
 void dequant_fp8(const TensorView& w, const LinearQuant& q, int64_t row0, int64_t count,
                  float* out) {
   const int64_t in = q.in_features;
   const auto* bytes = reinterpret_cast<const uint8_t*>(w.data);
+  const float* e4m3 = e4m3_values();
   const int64_t block_cols = q.block_in > 0 ? (in + q.block_in - 1) / q.block_in : 0;
   for (int64_t r = 0; r < count; ++r) {
     const int64_t o = row0 + r;
@@ -36,14 +41,15 @@ void dequant_fp8(const TensorView& w, const LinearQuant& q, int64_t row0, int64_
       case Fp8ScaleGranularity::kChannel: {
         const float s =
             float_element(*q.scale, q.fp8_scale == Fp8ScaleGranularity::kTensor ? 0 : o);
-        for (int64_t i = 0; i < in; ++i) dst[i] = fp8_e4m3_to_f32(row[i]) * s;
+        for (int64_t i = 0; i < in; ++i) dst[i] = e4m3[row[i]] * s;
         break;
       }
       case Fp8ScaleGranularity::kBlock: {
         const int64_t block_row = o / q.block_out;
-        for (int64_t i = 0; i < in; ++i) {
-          const float s = float_element(*q.scale, block_row * block_cols + i / q.block_in);
-          dst[i] = fp8_e4m3_to_f32(row[i]) * s;
+        for (int64_t i0 = 0; i0 < in; i0 += q.block_in) {
+          const float s = float_element(*q.scale, block_row * block_cols + i0 / q.block_in);
+          const int64_t i1 = std::min(in, i0 + q.block_in);
+          for (int64_t i = i0; i < i1; ++i) dst[i] = e4m3[row[i]] * s;
         }
         break;
       }
@@ -51,19 +57,59 @@ void dequant_fp8(const TensorView& w, const LinearQuant& q, int64_t row0, int64_
   }
 }
 
+// What the int4 formats share per block of rows: each row's packed column and nibble shift, and
+// per quantization group each row's zero point and scale, read once instead of per weight.
+struct Int4Block {
+  static constexpr int64_t kMostRows = 16;  // callers' blocks (cpu_ops.cc linear); more in turns
+  int32_t column[kMostRows];                // o / 8: the row's word in a packed-by-output row
+  int32_t shift[kMostRows];                 // the row's nibble in that word
+  std::vector<int32_t> zero;                // [groups, count]
+  std::vector<float> scale;                 // [groups, count]
+};
+
+// Rows [row0, row0 + count) (count <= kMostRows): zero points from the [groups, out / 8] qzeros
+// (the nibble `shift_of(o)`, plus `zero_offset`) and scales from the [groups, out] scales.
+Int4Block int4_block(const LinearQuant& q, int64_t row0, int64_t count, int zero_offset,
+                     int (*shift_of)(int64_t)) {
+  Int4Block b;
+  const int64_t packed_cols = q.out_features / 8;
+  const int64_t groups = q.scale->numel() / q.out_features;
+  b.zero.resize(size_t(groups * count));
+  b.scale.resize(size_t(groups * count));
+  for (int64_t r = 0; r < count; ++r) {
+    const int64_t o = row0 + r;
+    b.column[r] = int32_t(o / 8);
+    b.shift[r] = shift_of(o);
+    for (int64_t g = 0; g < groups; ++g) {
+      const uint32_t z = load_u32(q.zeros->data, g * packed_cols + o / 8);
+      b.zero[size_t(g * count + r)] = int((z >> b.shift[r]) & 15u) + zero_offset;
+      b.scale[size_t(g * count + r)] = float_element(*q.scale, g * q.out_features + o);
+    }
+  }
+  return b;
+}
+
+int awq_shift(int64_t feature) {
+  return 4 * kAwqNibbleOf[feature % 8];
+}
+int plain_shift(int64_t index) {
+  return 4 * int(index % 8);
+}
+
 // qweight [in, out/8]: row i holds input feature i of every output feature.
 void dequant_awq(const TensorView& w, const LinearQuant& q, int64_t row0, int64_t count,
                  float* out) {
   const int64_t in = q.in_features;
   const int64_t packed_cols = q.out_features / 8;
+  const Int4Block b = int4_block(q, row0, count, 0, awq_shift);
   for (int64_t i = 0; i < in; ++i) {
     const int64_t g = i / q.group_size;
+    const int32_t* zero = b.zero.data() + g * count;
+    const float* scale = b.scale.data() + g * count;
     for (int64_t r = 0; r < count; ++r) {
-      const int64_t o = row0 + r;
-      const int quant = awq_nibble(load_u32(w.data, i * packed_cols + o / 8), o);
-      const int zero = awq_nibble(load_u32(q.zeros->data, g * packed_cols + o / 8), o);
-      const float scale = float_element(*q.scale, g * q.out_features + o);
-      out[r * in + i] = float(quant - zero) * scale;
+      const uint32_t word = load_u32(w.data, i * packed_cols + b.column[r]);
+      const int quant = int((word >> b.shift[r]) & 15u);
+      out[r * in + i] = float(quant - zero[r]) * scale[r];
     }
   }
 }
@@ -73,17 +119,17 @@ void dequant_gptq(const TensorView& w, const LinearQuant& q, int64_t row0, int64
                   float* out) {
   const int64_t in = q.in_features;
   const int64_t out_features = q.out_features;
-  const int64_t packed_cols = out_features / 8;
+  // Zero points are packed by output feature, weights along the inputs (nibble i % 8).
+  const Int4Block b = int4_block(q, row0, count, q.zero_offset, plain_shift);
   for (int64_t i = 0; i < in; ++i) {
     int64_t g = q.group_size == -1 ? 0 : i / q.group_size;
     if (q.g_idx != nullptr) g = int32_t(load_u32(q.g_idx->data, i));
+    const int32_t* zero = b.zero.data() + g * count;
+    const float* scale = b.scale.data() + g * count;
+    const int shift = plain_shift(i);
     for (int64_t r = 0; r < count; ++r) {
-      const int64_t o = row0 + r;
-      const int quant = plain_nibble(load_u32(w.data, (i / 8) * out_features + o), i);
-      const int zero =
-          plain_nibble(load_u32(q.zeros->data, g * packed_cols + o / 8), o) + q.zero_offset;
-      const float scale = float_element(*q.scale, g * out_features + o);
-      out[r * in + i] = float(quant - zero) * scale;
+      const int quant = int((load_u32(w.data, (i / 8) * out_features + row0 + r) >> shift) & 15u);
+      out[r * in + i] = float(quant - zero[r]) * scale[r];
     }
   }
 }
@@ -120,10 +166,16 @@ void dequant_rows(const TensorView& weight, const LinearQuant& q, int64_t row0, 
       dequant_fp8(weight, q, row0, count, out);
       return;
     case QuantFormat::kAwq:
-      dequant_awq(weight, q, row0, count, out);
-      return;
     case QuantFormat::kGptq:
-      dequant_gptq(weight, q, row0, count, out);
+      for (int64_t r = 0; r < count; r += Int4Block::kMostRows) {
+        const int64_t n = std::min(Int4Block::kMostRows, count - r);
+        float* dst = out + r * q.in_features;
+        if (q.format == QuantFormat::kAwq) {
+          dequant_awq(weight, q, row0 + r, n, dst);
+        } else {
+          dequant_gptq(weight, q, row0 + r, n, dst);
+        }
+      }
       return;
     case QuantFormat::kNone:
       break;
