@@ -2,28 +2,13 @@
 
 #include "core/dtype.h"
 #include "core/target_clones.h"
+#include "runner/cpu/vec8.h"
 
 namespace tandem {
 
 namespace {
 
-// 8 fp32 lanes, the 8 partial sums of the order in dot_rows.h: one AVX register on the AVX2
-// copy, two SSE registers on the baseline one. Vectors never cross a function boundary by value
-// (their ABI differs between the copies).
-typedef float f32x8 __attribute__((vector_size(32)));
-typedef uint32_t u32x8 __attribute__((vector_size(32)));
-// Unaligned views of 8 floats / 8 bf16 in the caller's arrays.
-typedef float f32x8_view __attribute__((vector_size(32), aligned(4), may_alias));
-typedef uint16_t u16x8_view __attribute__((vector_size(16), aligned(2), may_alias));
-#define TANDEM_LOAD8(p) (*reinterpret_cast<const f32x8_view*>(p))
-#define TANDEM_LOAD8_BF16(p) (*reinterpret_cast<const u16x8_view*>(p))
-
-#define TANDEM_INLINE inline __attribute__((always_inline))
-
-// The fixed tree over the 8 partial sums, then the tail.
-TANDEM_INLINE float reduce8(const float* acc, float tail) {
-  return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + tail;
-}
+using namespace vec8;
 
 // out[r] = the 8 partial sums of acc[r] reduced, plus the tail of row r, plus its bias.
 template <int R, typename Tail>

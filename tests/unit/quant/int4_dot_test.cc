@@ -1,0 +1,120 @@
+// The CPU decode path of 4-bit Linears (runner/cpu/int4_dot.h) against dequant_rows followed by
+// dot_rows_f32, which it replaces for one token: equal bits for every row, format and block.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <bit>
+#include <random>
+#include <tuple>
+
+#include "model/dequant.h"
+#include "quant_test_util.h"
+#include "runner/cpu/dot_rows.h"
+#include "runner/cpu/int4_dot.h"
+
+using namespace tandem;
+using namespace tandem::testing;
+
+namespace {
+
+// Activations over several binades and both signs, so that a changed order shows in the bits.
+std::vector<float> activations(std::mt19937& rng, size_t n) {
+  std::uniform_real_distribution<float> mant(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> exp(-6, 3);
+  std::vector<float> v(n);
+  for (auto& f : v) f = std::ldexp(mant(rng), exp(rng));
+  return v;
+}
+
+// Rows [row0, row0 + count) through int4_dot_rows against the dequantized reference.
+int64_t wrong_rows(const TensorView& w, const LinearQuant& q, const std::vector<float>& x,
+                   const std::vector<float>& bias, int64_t row0, int64_t count) {
+  std::vector<float> rows(size_t(count * q.in_features));
+  dequant_rows(w, q, row0, count, rows.data());
+  std::vector<float> want(static_cast<size_t>(count)), got(static_cast<size_t>(count), 12345.0f);
+  dot_rows_f32(x.data(), 1, rows.data(), count, q.in_features, bias.data() + row0, want.data(),
+               count);
+  for (int64_t r = 0; r < count; r += kInt4DotRows) {
+    const int64_t n = std::min(kInt4DotRows, count - r);
+    int4_dot_rows(x.data(), w, q, row0 + r, n, bias.data() + row0 + r, got.data() + r);
+  }
+  int64_t wrong = 0;
+  for (int64_t r = 0; r < count; ++r)
+    wrong += std::bit_cast<uint32_t>(got[size_t(r)]) != std::bit_cast<uint32_t>(want[size_t(r)]);
+  return wrong;
+}
+
+}  // namespace
+
+TEST_CASE("int4 decode dot: AWQ rows equal dequant_rows + dot_rows_f32 bit for bit") {
+  std::mt19937 rng(21);
+  for (auto [in, out, group] : {std::tuple{64, 16, 32}, std::tuple{256, 136, 128},
+                                std::tuple{8, 8, 8}, std::tuple{384, 72, 128}}) {
+    CAPTURE(in);
+    CAPTURE(out);
+    const int64_t groups = in / group;
+    auto qweight = owned_tensor("qweight", DType::kI32, {in, out / 8},
+                                random_words(rng, size_t(in * out / 8)));
+    auto qzeros = owned_tensor("qzeros", DType::kI32, {groups, out / 8},
+                               random_words(rng, size_t(groups * out / 8)));
+    auto scales = owned_tensor("scales", DType::kF16, {groups, out},
+                               to_f16(random_f16_scales(rng, size_t(groups * out))));
+    const LinearQuant q =
+        int4_linear(QuantFormat::kAwq, out, in, group, &scales->view, &qzeros->view);
+    REQUIRE(int4_dot_fits(q));
+    const auto x = activations(rng, size_t(in));
+    const auto bias = activations(rng, size_t(out));
+    CHECK(wrong_rows(qweight->view, q, x, bias, 0, out) == 0);
+    CHECK(wrong_rows(qweight->view, q, x, bias, 8, std::min<int64_t>(out - 8, 16)) == 0);
+  }
+}
+
+TEST_CASE("int4 decode dot: GPTQ rows (groups, act-order, one group; v1 and v2) bit for bit") {
+  std::mt19937 rng(22);
+  for (auto [in, out, group, desc_act, v1] :
+       {std::tuple{64, 16, 32, false, true}, std::tuple{64, 24, 16, true, true},
+        std::tuple{128, 8, -1, false, false}, std::tuple{256, 136, 128, true, false},
+        std::tuple{256, 72, 64, false, false}}) {
+    CAPTURE(in);
+    CAPTURE(out);
+    CAPTURE(desc_act);
+    const int64_t groups = group == -1 ? 1 : in / group;
+    std::vector<int32_t> g_idx(static_cast<size_t>(in));
+    for (int64_t i = 0; i < in; ++i) g_idx[size_t(i)] = group == -1 ? 0 : int32_t(i / group);
+    if (desc_act) std::shuffle(g_idx.begin(), g_idx.end(), rng);
+    auto qweight = owned_tensor("qweight", DType::kI32, {in / 8, out},
+                                random_words(rng, size_t(in / 8 * out)));
+    auto qzeros = owned_tensor("qzeros", DType::kI32, {groups, out / 8},
+                               random_words(rng, size_t(groups * out / 8)));
+    auto scales = owned_tensor("scales", DType::kF16, {groups, out},
+                               to_f16(random_f16_scales(rng, size_t(groups * out))));
+    auto gidx = owned_tensor("g_idx", DType::kI32, {in}, g_idx);
+    LinearQuant q = int4_linear(QuantFormat::kGptq, out, in, group, &scales->view, &qzeros->view);
+    q.zero_offset = v1 ? 1 : 0;
+    if (desc_act) q.g_idx = &gidx->view;
+    REQUIRE(int4_dot_fits(q));
+    const auto x = activations(rng, size_t(in));
+    const auto bias = activations(rng, size_t(out));
+    CHECK(wrong_rows(qweight->view, q, x, bias, 0, out) == 0);
+    CHECK(wrong_rows(qweight->view, q, x, bias, 8, std::min<int64_t>(out - 8, 16)) == 0);
+  }
+}
+
+TEST_CASE("int4 decode dot: what it does not serve takes dequant_rows") {
+  LinearQuant q;
+  q.format = QuantFormat::kAwq;
+  q.in_features = 64;
+  q.out_features = 16;
+  q.group_size = 32;
+  CHECK(int4_dot_fits(q));
+  q.in_features = 60;  // inputs not in runs of 8
+  CHECK_FALSE(int4_dot_fits(q));
+  q.in_features = 64;
+  q.format = QuantFormat::kGptq;
+  q.group_size = 12;  // groups that split a run of 8 inputs, no g_idx
+  CHECK_FALSE(int4_dot_fits(q));
+  q.group_size = -1;
+  CHECK(int4_dot_fits(q));
+  q.format = QuantFormat::kFp8;
+  CHECK_FALSE(int4_dot_fits(q));
+}
