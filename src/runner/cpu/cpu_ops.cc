@@ -67,6 +67,7 @@ void linear(ThreadPool& pool, const float* x, int64_t n, const TensorView& w,
     bias_f32.resize(size_t(out_features));
     weight_row_to_f32(*bias, 0, bias_f32.data());
   }
+  const float* bias_at = bias ? bias_f32.data() : nullptr;
   if (n == 1 && int4_dot_fits(quant)) {
     // One token of a 4-bit Linear: its rows read in their packed form (int4_dot.h).
     const int64_t blocks = (out_features + kInt4DotRows - 1) / kInt4DotRows;
@@ -74,7 +75,7 @@ void linear(ThreadPool& pool, const float* x, int64_t n, const TensorView& w,
       for (int64_t blk = begin; blk < end; ++blk) {
         const int64_t o0 = blk * kInt4DotRows;
         const int64_t count = std::min(kInt4DotRows, out_features - o0);
-        int4_dot_rows(x, w, quant, o0, count, bias ? bias_f32.data() + o0 : nullptr, y + o0);
+        int4_dot_rows(x, w, quant, o0, count, bias_at ? bias_at + o0 : nullptr, y + o0);
       }
     });
     return;
@@ -83,7 +84,6 @@ void linear(ThreadPool& pool, const float* x, int64_t n, const TensorView& w,
   // for every row of x (so weights are read once per call whatever the batch size).
   constexpr int64_t kBlock = 16;
   const int64_t blocks = (out_features + kBlock - 1) / kBlock;
-  const float* bias_at = bias ? bias_f32.data() : nullptr;
   pool.parallel_for(blocks, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> rows(
         static_cast<size_t>(kBlock * in_features));  // [kBlock, in_features] widened

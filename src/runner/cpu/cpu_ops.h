@@ -8,7 +8,6 @@
 
 #include "model/quant_linear.h"
 #include "model/safetensors.h"
-#include "runner/cpu/dot_rows.h"
 #include "runner/cpu/thread_pool.h"
 
 namespace tandem {

@@ -5,7 +5,7 @@
 #include <limits>
 #include <vector>
 
-#include "runner/cpu/cpu_ops.h"
+#include "runner/cpu/dot_rows.h"
 
 namespace tandem {
 
