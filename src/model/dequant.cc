@@ -12,10 +12,6 @@ namespace tandem {
 
 namespace {
 
-// AutoAWQ's WQLinear_GEMM packs output features c*8 + order[k] into nibble k of int32 c, with
-// order = {0, 2, 4, 6, 1, 3, 5, 7}; the inverse says which nibble holds feature c*8 + j.
-constexpr int kAwqNibbleOf[8] = {0, 4, 1, 5, 2, 6, 3, 7};
-
 // The 256 e4m3 codes decoded once: fp8_e4m3_to_f32 per element was a call and a branch each.
 const float* e4m3_values() {
   static const std::array<float, 256> values = [] {

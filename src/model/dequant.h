@@ -14,6 +14,10 @@
 
 namespace tandem {
 
+// AutoAWQ's WQLinear_GEMM packs output features c*8 + order[k] into nibble k of int32 c, with
+// order = {0, 2, 4, 6, 1, 3, 5, 7}; the inverse says which nibble holds feature c*8 + j.
+inline constexpr int kAwqNibbleOf[8] = {0, 4, 1, 5, 2, 6, 3, 7};
+
 // Rows [row0, row0 + count) of the [out, in] matrix a quantized Linear stands for:
 // out[count, in_features] fp32. `weight` is the stored weight (fp8 `weight` or `qweight`).
 void dequant_rows(const TensorView& weight, const LinearQuant& q, int64_t row0, int64_t count,

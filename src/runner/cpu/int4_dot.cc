@@ -17,15 +17,15 @@ typedef int32_t i32x8_view __attribute__((vector_size(32), aligned(4), may_alias
 constexpr int64_t kMostCols = kInt4DotRows / 8;
 
 // Per quantization group, the block's rows' zero points (plus the format's offset) and scales:
-// zero[g * count + r], scale[g * count + r]. The nibble of row o in its qzeros word is
-// shift_of(o % 8).
+// zero[g * count + r], scale[g * count + r]. Row o's zero point is nibble nibble_of[o % 8] of
+// its qzeros word.
 struct GroupTables {
   std::vector<int32_t> zero;  // [groups, count]
   std::vector<float> scale;   // [groups, count]
 };
 
 GroupTables group_tables(const LinearQuant& q, int64_t row0, int64_t count, int zero_offset,
-                         const int* shift_of) {
+                         const int* nibble_of) {
   const int64_t groups = q.scale->numel() / q.out_features;
   const int64_t packed_cols = q.out_features / 8;
   GroupTables t;
@@ -35,18 +35,21 @@ GroupTables group_tables(const LinearQuant& q, int64_t row0, int64_t count, int 
     for (int64_t r = 0; r < count; ++r) {
       const int64_t o = row0 + r;
       const uint32_t z = load_u32(q.zeros->data, g * packed_cols + o / 8);
-      t.zero[size_t(g * count + r)] = int32_t((z >> shift_of[o % 8]) & 15u) + zero_offset;
+      t.zero[size_t(g * count + r)] = int32_t((z >> (4 * nibble_of[o % 8])) & 15u) + zero_offset;
       t.scale[size_t(g * count + r)] = float_element(*q.scale, g * q.out_features + o);
     }
   }
   return t;
 }
 
-// AutoAWQ's order: row c * 8 + j of packed column c sits in nibble {0, 4, 1, 5, 2, 6, 3, 7}[j].
-constexpr int kAwqShift[8] = {0, 16, 4, 20, 8, 24, 12, 28};
 // GPTQ: element j of a run of 8 in nibble j (weights along the inputs, zero points along the
-// outputs).
-constexpr int kPlainShift[8] = {0, 4, 8, 12, 16, 20, 24, 28};
+// outputs). AWQ: kAwqNibbleOf (model/dequant.h).
+constexpr int kPlainNibble[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+
+// Lane j: 4 * nibble_of[j], the shift that brings element j of a word to its low nibble.
+TANDEM_INLINE void nibble_shifts(const int* nibble_of, u32x8& shifts) {
+  for (int j = 0; j < 8; ++j) shifts[j] = uint32_t(4 * nibble_of[j]);
+}
 
 // y[r] = reduce8(row r's lanes, 0) + bias: in_features is a multiple of 8, so the tail is the
 // empty sum, 0, as in dot_rows.
@@ -61,8 +64,9 @@ TANDEM_INLINE void awq_rows(const float* x, const TensorView& w, const LinearQua
                             int64_t count, const float* bias, float* y) {
   const int64_t in = q.in_features, packed_cols = q.out_features / 8;
   const int64_t c0 = row0 / 8, cols = count / 8;
-  const GroupTables t = group_tables(q, row0, count, 0, kAwqShift);
-  const u32x8 shifts = {0, 16, 4, 20, 8, 24, 12, 28};
+  const GroupTables t = group_tables(q, row0, count, 0, kAwqNibbleOf);
+  u32x8 shifts;
+  nibble_shifts(kAwqNibbleOf, shifts);
   f32x8 acc[8][kMostCols] = {};  // [lane, column]: rows c * 8 + j in element j
   for (int64_t i = 0; i < in; ++i) {
     const int64_t g = i / q.group_size;
@@ -91,8 +95,9 @@ TANDEM_INLINE void awq_rows(const float* x, const TensorView& w, const LinearQua
 TANDEM_INLINE void gptq_rows(const float* x, const TensorView& w, const LinearQuant& q,
                              int64_t row0, int64_t count, const float* bias, float* y) {
   const int64_t in = q.in_features, out = q.out_features;
-  const GroupTables t = group_tables(q, row0, count, int(q.zero_offset), kPlainShift);
-  const u32x8 shifts = {0, 4, 8, 12, 16, 20, 24, 28};
+  const GroupTables t = group_tables(q, row0, count, int(q.zero_offset), kPlainNibble);
+  u32x8 shifts;
+  nibble_shifts(kPlainNibble, shifts);
   f32x8 acc[kInt4DotRows] = {};  // [row]
   for (int64_t p = 0; p < in / 8; ++p) {
     const f32x8 xv = TANDEM_LOAD8(x + p * 8);
