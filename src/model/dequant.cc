@@ -12,21 +12,11 @@ namespace tandem {
 
 namespace {
 
-// The 256 e4m3 codes decoded once: fp8_e4m3_to_f32 per element was a call and a branch each.
-const float* e4m3_values() {
-  static const std::array<float, 256> values = [] {
-    std::array<float, 256> v{};
-    for (int c = 0; c < 256; ++c) v[size_t(c)] = fp8_e4m3_to_f32(uint8_t(c));
-    return v;
-  }();
-  return values.data();
-}
-
 void dequant_fp8(const TensorView& w, const LinearQuant& q, int64_t row0, int64_t count,
                  float* out) {
   const int64_t in = q.in_features;
   const auto* bytes = reinterpret_cast<const uint8_t*>(w.data);
-  const float* e4m3 = e4m3_values();
+  const float* e4m3 = e4m3_table();
   const int64_t block_cols = q.block_in > 0 ? (in + q.block_in - 1) / q.block_in : 0;
   for (int64_t r = 0; r < count; ++r) {
     const int64_t o = row0 + r;
@@ -131,6 +121,15 @@ void dequant_gptq(const TensorView& w, const LinearQuant& q, int64_t row0, int64
 }
 
 }  // namespace
+
+const float* e4m3_table() {
+  static const std::array<float, 256> values = [] {
+    std::array<float, 256> v{};
+    for (int c = 0; c < 256; ++c) v[size_t(c)] = fp8_e4m3_to_f32(uint8_t(c));
+    return v;
+  }();
+  return values.data();
+}
 
 float float_element(const TensorView& t, int64_t i) {
   switch (t.dtype) {

@@ -23,6 +23,10 @@ inline constexpr int kAwqNibbleOf[8] = {0, 4, 1, 5, 2, 6, 3, 7};
 void dequant_rows(const TensorView& weight, const LinearQuant& q, int64_t row0, int64_t count,
                   float* out);
 
+// The 256 e4m3 codes decoded (fp8_e4m3_to_f32), a table built once: a call per weight was most
+// of the CPU's FP8 dequantization.
+const float* e4m3_table();
+
 // Element `i` of a float tensor (F32/BF16/F16) widened to fp32; scales and biases.
 float float_element(const TensorView& t, int64_t i);
 

@@ -10,6 +10,7 @@
 #include "model/dequant.h"
 #include "runner/cpu/dot_rows.h"
 #include "runner/cpu/fp8_activations.h"
+#include "runner/cpu/fp8_dot.h"
 #include "runner/cpu/int4_dot.h"
 
 namespace tandem {
@@ -68,14 +69,19 @@ void linear(ThreadPool& pool, const float* x, int64_t n, const TensorView& w,
     weight_row_to_f32(*bias, 0, bias_f32.data());
   }
   const float* bias_at = bias ? bias_f32.data() : nullptr;
-  if (n == 1 && int4_dot_fits(quant)) {
-    // One token of a 4-bit Linear: its rows read in their packed form (int4_dot.h).
+  if (n == 1 && (int4_dot_fits(quant) || fp8_dot_fits(quant))) {
+    // One token of a quantized Linear: its rows read as stored (int4_dot.h, fp8_dot.h).
     const int64_t blocks = (out_features + kInt4DotRows - 1) / kInt4DotRows;
     pool.parallel_for(blocks, 1, [&](int64_t begin, int64_t end) {
       for (int64_t blk = begin; blk < end; ++blk) {
         const int64_t o0 = blk * kInt4DotRows;
         const int64_t count = std::min(kInt4DotRows, out_features - o0);
-        int4_dot_rows(x, w, quant, o0, count, bias_at ? bias_at + o0 : nullptr, y + o0);
+        const float* b = bias_at ? bias_at + o0 : nullptr;
+        if (quant.format == QuantFormat::kFp8) {
+          fp8_dot_rows(x, w, quant, o0, count, b, y + o0);
+        } else {
+          int4_dot_rows(x, w, quant, o0, count, b, y + o0);
+        }
       }
     });
     return;

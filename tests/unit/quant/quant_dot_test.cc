@@ -1,5 +1,6 @@
-// The CPU decode path of 4-bit Linears (runner/cpu/int4_dot.h) against dequant_rows followed by
-// dot_rows_f32, which it replaces for one token: equal bits for every row, format and block.
+// The CPU decode paths of quantized Linears (runner/cpu/int4_dot.h, fp8_dot.h) against
+// dequant_rows followed by dot_rows_f32, which they replace for one token: equal bits for every
+// row, format and block.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include "model/dequant.h"
 #include "quant_test_util.h"
 #include "runner/cpu/dot_rows.h"
+#include "runner/cpu/fp8_dot.h"
 #include "runner/cpu/int4_dot.h"
 
 using namespace tandem;
@@ -26,9 +28,11 @@ std::vector<float> activations(std::mt19937& rng, size_t n) {
   return v;
 }
 
-// Rows [row0, row0 + count) through int4_dot_rows against the dequantized reference.
+// Rows [row0, row0 + count) through int4_dot_rows or fp8_dot_rows (by q's format) against the
+// dequantized reference.
 int64_t wrong_rows(const TensorView& w, const LinearQuant& q, const std::vector<float>& x,
                    const std::vector<float>& bias, int64_t row0, int64_t count) {
+  auto dot = q.format == QuantFormat::kFp8 ? fp8_dot_rows : int4_dot_rows;
   std::vector<float> rows(size_t(count * q.in_features));
   dequant_rows(w, q, row0, count, rows.data());
   std::vector<float> want(static_cast<size_t>(count)), got(static_cast<size_t>(count), 12345.0f);
@@ -36,7 +40,7 @@ int64_t wrong_rows(const TensorView& w, const LinearQuant& q, const std::vector<
                count);
   for (int64_t r = 0; r < count; r += kInt4DotRows) {
     const int64_t n = std::min(kInt4DotRows, count - r);
-    int4_dot_rows(x.data(), w, q, row0 + r, n, bias.data() + row0 + r, got.data() + r);
+    dot(x.data(), w, q, row0 + r, n, bias.data() + row0 + r, got.data() + r);
   }
   int64_t wrong = 0;
   for (int64_t r = 0; r < count; ++r)
@@ -117,4 +121,46 @@ TEST_CASE("int4 decode dot: what it does not serve takes dequant_rows") {
   CHECK(int4_dot_fits(q));
   q.format = QuantFormat::kFp8;
   CHECK_FALSE(int4_dot_fits(q));
+}
+
+TEST_CASE("fp8 decode dot: tensor, channel and block scales (ragged blocks, a tail) bit for bit") {
+  std::mt19937 rng(23);
+  std::uniform_int_distribution<int> code(0, 255);
+  for (auto [in, out, scale] : {std::tuple{64, 16, Fp8ScaleGranularity::kTensor},
+                                std::tuple{37, 9, Fp8ScaleGranularity::kChannel},
+                                std::tuple{300, 70, Fp8ScaleGranularity::kBlock},
+                                std::tuple{256, 128, Fp8ScaleGranularity::kBlock}}) {
+    CAPTURE(in);
+    CAPTURE(out);
+    std::vector<uint8_t> codes(size_t(in * out));
+    for (auto& c : codes) {
+      do c = uint8_t(code(rng));
+      while ((c & 0x7f) == 0x7f);  // no NaN codes: NaN != NaN would count as wrong
+    }
+    auto w = owned_tensor("w", DType::kF8E4M3, {out, in}, codes);
+    LinearQuant q;
+    q.format = QuantFormat::kFp8;
+    q.out_features = out;
+    q.in_features = in;
+    q.fp8_scale = scale;
+    int64_t scales = 1;
+    if (scale == Fp8ScaleGranularity::kChannel) scales = out;
+    if (scale == Fp8ScaleGranularity::kBlock) {
+      q.block_out = 32;
+      q.block_in = 64;
+      scales = ((out + 31) / 32) * ((in + 63) / 64);
+    }
+    auto s = owned_tensor("s", DType::kF32, {scales}, random_f16_scales(rng, size_t(scales)));
+    q.scale = &s->view;
+    REQUIRE(fp8_dot_fits(q));
+    const auto x = activations(rng, size_t(in));
+    const auto bias = activations(rng, size_t(out));
+    CHECK(wrong_rows(w->view, q, x, bias, 0, out) == 0);
+    CHECK(wrong_rows(w->view, q, x, bias, 3, out - 5) == 0);
+  }
+  LinearQuant odd;
+  odd.format = QuantFormat::kFp8;
+  odd.fp8_scale = Fp8ScaleGranularity::kBlock;
+  odd.block_in = 12;  // blocks that split a run of 8 inputs
+  CHECK_FALSE(fp8_dot_fits(odd));
 }
