@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <memory>
 #include <random>
 #include <tuple>
 
@@ -48,6 +49,27 @@ int64_t wrong_rows(const TensorView& w, const LinearQuant& q, const std::vector<
   return wrong;
 }
 
+// Every row, then rows [first, first + count), for a random token and bias.
+void check_rows(const TensorView& w, const LinearQuant& q, std::mt19937& rng, int64_t first,
+                int64_t count) {
+  const auto x = activations(rng, size_t(q.in_features));
+  const auto bias = activations(rng, size_t(q.out_features));
+  CHECK(wrong_rows(w, q, x, bias, 0, q.out_features) == 0);
+  CHECK(wrong_rows(w, q, x, bias, first, count) == 0);
+}
+
+// Random packed zero points [groups, out / 8] and fp16 scales [groups, out].
+struct GroupTensors {
+  std::unique_ptr<OwnedTensor> zeros, scales;
+};
+
+GroupTensors group_tensors(std::mt19937& rng, int64_t groups, int64_t out) {
+  return {owned_tensor("qzeros", DType::kI32, {groups, out / 8},
+                       random_words(rng, size_t(groups * out / 8))),
+          owned_tensor("scales", DType::kF16, {groups, out},
+                       to_f16(random_f16_scales(rng, size_t(groups * out))))};
+}
+
 }  // namespace
 
 TEST_CASE("int4 decode dot: AWQ rows equal dequant_rows + dot_rows_f32 bit for bit") {
@@ -56,20 +78,13 @@ TEST_CASE("int4 decode dot: AWQ rows equal dequant_rows + dot_rows_f32 bit for b
                                 std::tuple{8, 8, 8}, std::tuple{384, 72, 128}}) {
     CAPTURE(in);
     CAPTURE(out);
-    const int64_t groups = in / group;
     auto qweight = owned_tensor("qweight", DType::kI32, {in, out / 8},
                                 random_words(rng, size_t(in * out / 8)));
-    auto qzeros = owned_tensor("qzeros", DType::kI32, {groups, out / 8},
-                               random_words(rng, size_t(groups * out / 8)));
-    auto scales = owned_tensor("scales", DType::kF16, {groups, out},
-                               to_f16(random_f16_scales(rng, size_t(groups * out))));
+    const GroupTensors t = group_tensors(rng, in / group, out);
     const LinearQuant q =
-        int4_linear(QuantFormat::kAwq, out, in, group, &scales->view, &qzeros->view);
+        int4_linear(QuantFormat::kAwq, out, in, group, &t.scales->view, &t.zeros->view);
     REQUIRE(int4_dot_fits(q));
-    const auto x = activations(rng, size_t(in));
-    const auto bias = activations(rng, size_t(out));
-    CHECK(wrong_rows(qweight->view, q, x, bias, 0, out) == 0);
-    CHECK(wrong_rows(qweight->view, q, x, bias, 8, std::min<int64_t>(out - 8, 16)) == 0);
+    check_rows(qweight->view, q, rng, 8, std::min<int64_t>(out - 8, 16));
   }
 }
 
@@ -88,19 +103,14 @@ TEST_CASE("int4 decode dot: GPTQ rows (groups, act-order, one group; v1 and v2) 
     if (desc_act) std::shuffle(g_idx.begin(), g_idx.end(), rng);
     auto qweight = owned_tensor("qweight", DType::kI32, {in / 8, out},
                                 random_words(rng, size_t(in / 8 * out)));
-    auto qzeros = owned_tensor("qzeros", DType::kI32, {groups, out / 8},
-                               random_words(rng, size_t(groups * out / 8)));
-    auto scales = owned_tensor("scales", DType::kF16, {groups, out},
-                               to_f16(random_f16_scales(rng, size_t(groups * out))));
+    const GroupTensors t = group_tensors(rng, groups, out);
     auto gidx = owned_tensor("g_idx", DType::kI32, {in}, g_idx);
-    LinearQuant q = int4_linear(QuantFormat::kGptq, out, in, group, &scales->view, &qzeros->view);
+    LinearQuant q =
+        int4_linear(QuantFormat::kGptq, out, in, group, &t.scales->view, &t.zeros->view);
     q.zero_offset = v1 ? 1 : 0;
     if (desc_act) q.g_idx = &gidx->view;
     REQUIRE(int4_dot_fits(q));
-    const auto x = activations(rng, size_t(in));
-    const auto bias = activations(rng, size_t(out));
-    CHECK(wrong_rows(qweight->view, q, x, bias, 0, out) == 0);
-    CHECK(wrong_rows(qweight->view, q, x, bias, 8, std::min<int64_t>(out - 8, 16)) == 0);
+    check_rows(qweight->view, q, rng, 8, std::min<int64_t>(out - 8, 16));
   }
 }
 
@@ -153,10 +163,7 @@ TEST_CASE("fp8 decode dot: tensor, channel and block scales (ragged blocks, a ta
     auto s = owned_tensor("s", DType::kF32, {scales}, random_f16_scales(rng, size_t(scales)));
     q.scale = &s->view;
     REQUIRE(fp8_dot_fits(q));
-    const auto x = activations(rng, size_t(in));
-    const auto bias = activations(rng, size_t(out));
-    CHECK(wrong_rows(w->view, q, x, bias, 0, out) == 0);
-    CHECK(wrong_rows(w->view, q, x, bias, 3, out - 5) == 0);
+    check_rows(w->view, q, rng, 3, out - 5);
   }
   LinearQuant odd;
   odd.format = QuantFormat::kFp8;
