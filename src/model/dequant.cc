@@ -12,6 +12,10 @@ namespace tandem {
 
 namespace {
 
+// Rows an int4 dequantization takes at a time (cpu_ops.cc linear's blocks): its tables and
+// per-row words stay small.
+constexpr int64_t kInt4RowsAtOnce = 16;
+
 void dequant_fp8(const TensorView& w, const LinearQuant& q, int64_t row0, int64_t count,
                  float* out) {
   const int64_t in = q.in_features;
@@ -43,43 +47,10 @@ void dequant_fp8(const TensorView& w, const LinearQuant& q, int64_t row0, int64_
   }
 }
 
-// What the int4 formats share per block of rows: each row's packed column and nibble shift, and
-// per quantization group each row's zero point and scale, read once instead of per weight.
-struct Int4Block {
-  static constexpr int64_t kMostRows = 16;  // callers' blocks (cpu_ops.cc linear); more in turns
-  int32_t column[kMostRows];                // o / 8: the row's word in a packed-by-output row
-  int32_t shift[kMostRows];                 // the row's nibble in that word
-  std::vector<int32_t> zero;                // [groups, count]
-  std::vector<float> scale;                 // [groups, count]
-};
-
-// Rows [row0, row0 + count) (count <= kMostRows): zero points from the [groups, out / 8] qzeros
-// (the nibble `shift_of(o)`, plus `zero_offset`) and scales from the [groups, out] scales.
-Int4Block int4_block(const LinearQuant& q, int64_t row0, int64_t count, int zero_offset,
-                     int (*shift_of)(int64_t)) {
-  Int4Block b;
-  const int64_t packed_cols = q.out_features / 8;
-  const int64_t groups = q.scale->numel() / q.out_features;
-  b.zero.resize(size_t(groups * count));
-  b.scale.resize(size_t(groups * count));
-  for (int64_t r = 0; r < count; ++r) {
-    const int64_t o = row0 + r;
-    b.column[r] = int32_t(o / 8);
-    b.shift[r] = shift_of(o);
-    for (int64_t g = 0; g < groups; ++g) {
-      const uint32_t z = load_u32(q.zeros->data, g * packed_cols + o / 8);
-      b.zero[size_t(g * count + r)] = int((z >> b.shift[r]) & 15u) + zero_offset;
-      b.scale[size_t(g * count + r)] = float_element(*q.scale, g * q.out_features + o);
-    }
-  }
-  return b;
-}
-
-int awq_shift(int64_t feature) {
-  return 4 * kAwqNibbleOf[feature % 8];
-}
-int plain_shift(int64_t index) {
-  return 4 * int(index % 8);
+// AWQ packs its weights and zero points by output feature in kAwqNibbleOf's order; GPTQ its
+// weights along the inputs and its zero points by output feature, both in plain order.
+int nibble_of(QuantFormat f, int64_t index) {
+  return f == QuantFormat::kAwq ? kAwqNibbleOf[index % 8] : int(index % 8);
 }
 
 // qweight [in, out/8]: row i holds input feature i of every output feature.
@@ -87,14 +58,19 @@ void dequant_awq(const TensorView& w, const LinearQuant& q, int64_t row0, int64_
                  float* out) {
   const int64_t in = q.in_features;
   const int64_t packed_cols = q.out_features / 8;
-  const Int4Block b = int4_block(q, row0, count, 0, awq_shift);
+  const Int4GroupTables t = int4_group_tables(q, row0, count);
+  int32_t column[kInt4RowsAtOnce], shift[kInt4RowsAtOnce];  // [count] each row's word, nibble
+  for (int64_t r = 0; r < count; ++r) {
+    column[r] = int32_t((row0 + r) / 8);
+    shift[r] = 4 * nibble_of(QuantFormat::kAwq, row0 + r);
+  }
   for (int64_t i = 0; i < in; ++i) {
     const int64_t g = i / q.group_size;
-    const int32_t* zero = b.zero.data() + g * count;
-    const float* scale = b.scale.data() + g * count;
+    const int32_t* zero = t.zero.data() + g * count;
+    const float* scale = t.scale.data() + g * count;
     for (int64_t r = 0; r < count; ++r) {
-      const uint32_t word = load_u32(w.data, i * packed_cols + b.column[r]);
-      const int quant = int((word >> b.shift[r]) & 15u);
+      const uint32_t word = load_u32(w.data, i * packed_cols + column[r]);
+      const int quant = int((word >> shift[r]) & 15u);
       out[r * in + i] = float(quant - zero[r]) * scale[r];
     }
   }
@@ -105,14 +81,13 @@ void dequant_gptq(const TensorView& w, const LinearQuant& q, int64_t row0, int64
                   float* out) {
   const int64_t in = q.in_features;
   const int64_t out_features = q.out_features;
-  // Zero points are packed by output feature, weights along the inputs (nibble i % 8).
-  const Int4Block b = int4_block(q, row0, count, q.zero_offset, plain_shift);
+  const Int4GroupTables t = int4_group_tables(q, row0, count);
   for (int64_t i = 0; i < in; ++i) {
     int64_t g = q.group_size == -1 ? 0 : i / q.group_size;
     if (q.g_idx != nullptr) g = int32_t(load_u32(q.g_idx->data, i));
-    const int32_t* zero = b.zero.data() + g * count;
-    const float* scale = b.scale.data() + g * count;
-    const int shift = plain_shift(i);
+    const int32_t* zero = t.zero.data() + g * count;
+    const float* scale = t.scale.data() + g * count;
+    const int shift = 4 * nibble_of(QuantFormat::kGptq, i);
     for (int64_t r = 0; r < count; ++r) {
       const int quant = int((load_u32(w.data, (i / 8) * out_features + row0 + r) >> shift) & 15u);
       out[r * in + i] = float(quant - zero[r]) * scale[r];
@@ -121,6 +96,24 @@ void dequant_gptq(const TensorView& w, const LinearQuant& q, int64_t row0, int64
 }
 
 }  // namespace
+
+Int4GroupTables int4_group_tables(const LinearQuant& q, int64_t row0, int64_t count) {
+  const int64_t groups = q.scale->numel() / q.out_features;
+  const int64_t packed_cols = q.out_features / 8;
+  const int offset = q.format == QuantFormat::kGptq ? int(q.zero_offset) : 0;
+  Int4GroupTables t;
+  t.zero.resize(size_t(groups * count));
+  t.scale.resize(size_t(groups * count));
+  for (int64_t g = 0; g < groups; ++g) {
+    for (int64_t r = 0; r < count; ++r) {
+      const int64_t o = row0 + r;
+      const uint32_t z = load_u32(q.zeros->data, g * packed_cols + o / 8);
+      t.zero[size_t(g * count + r)] = int((z >> (4 * nibble_of(q.format, o))) & 15u) + offset;
+      t.scale[size_t(g * count + r)] = float_element(*q.scale, g * q.out_features + o);
+    }
+  }
+  return t;
+}
 
 const float* e4m3_table() {
   static const std::array<float, 256> values = [] {
@@ -162,8 +155,8 @@ void dequant_rows(const TensorView& weight, const LinearQuant& q, int64_t row0, 
       return;
     case QuantFormat::kAwq:
     case QuantFormat::kGptq:
-      for (int64_t r = 0; r < count; r += Int4Block::kMostRows) {
-        const int64_t n = std::min(Int4Block::kMostRows, count - r);
+      for (int64_t r = 0; r < count; r += kInt4RowsAtOnce) {
+        const int64_t n = std::min(kInt4RowsAtOnce, count - r);
         float* dst = out + r * q.in_features;
         if (q.format == QuantFormat::kAwq) {
           dequant_awq(weight, q, row0 + r, n, dst);

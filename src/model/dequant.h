@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "model/quant_linear.h"
 #include "model/safetensors.h"
@@ -22,6 +23,15 @@ inline constexpr int kAwqNibbleOf[8] = {0, 4, 1, 5, 2, 6, 3, 7};
 // out[count, in_features] fp32. `weight` is the stored weight (fp8 `weight` or `qweight`).
 void dequant_rows(const TensorView& weight, const LinearQuant& q, int64_t row0, int64_t count,
                   float* out);
+
+// Rows [row0, row0 + count) of an AWQ or GPTQ Linear, per quantization group: each row's zero
+// point (its qzeros nibble in the format's order, plus GPTQ's zero_offset) and scale, read once
+// for a block of rows instead of once per weight. zero[g * count + r], scale[g * count + r].
+struct Int4GroupTables {
+  std::vector<int32_t> zero;  // [groups, count]
+  std::vector<float> scale;   // [groups, count]
+};
+Int4GroupTables int4_group_tables(const LinearQuant& q, int64_t row0, int64_t count);
 
 // The 256 e4m3 codes decoded (fp8_e4m3_to_f32), a table built once: a call per weight was most
 // of the CPU's FP8 dequantization.

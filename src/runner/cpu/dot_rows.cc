@@ -13,11 +13,7 @@ using namespace vec8;
 // out[r] = the 8 partial sums of acc[r] reduced, plus the tail of row r, plus its bias.
 template <int R, typename Tail>
 TANDEM_INLINE void finish(const f32x8 (&acc)[R], const float* bias, Tail tail, float* out) {
-  for (int r = 0; r < R; ++r) {
-    float lanes[8];  // [8] acc[r]'s partial sums
-    for (int j = 0; j < 8; ++j) lanes[j] = acc[r][j];
-    out[r] = reduce8(lanes, tail(r)) + (bias ? bias[r] : 0.0f);
-  }
+  for (int r = 0; r < R; ++r) out[r] = reduce_lanes(acc[r], tail(r)) + (bias ? bias[r] : 0.0f);
 }
 
 // T tokens of x ([T, k], row stride ldx) against R rows ([R, k]): T * R dot products at once,

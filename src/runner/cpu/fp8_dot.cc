@@ -43,9 +43,7 @@ TANDEM_INLINE float row_fp8(const float* x, const uint8_t* row, const LinearQuan
     if (blocks) s = scale_at(q, o, i, block_cols);
     tail += x[i] * (e4m3[row[i]] * s);
   }
-  float lanes[8];  // [8] acc's partial sums
-  for (int j = 0; j < 8; ++j) lanes[j] = acc[j];
-  return reduce8(lanes, tail);
+  return reduce_lanes(acc, tail);
 }
 
 }  // namespace

@@ -1,7 +1,5 @@
 #include "runner/cpu/int4_dot.h"
 
-#include <vector>
-
 #include "core/check.h"
 #include "core/target_clones.h"
 #include "model/dequant.h"
@@ -13,48 +11,14 @@ namespace {
 
 using namespace vec8;
 
-typedef int32_t i32x8_view __attribute__((vector_size(32), aligned(4), may_alias));
 constexpr int64_t kMostCols = kInt4DotRows / 8;
 
-// Per quantization group, the block's rows' zero points (plus the format's offset) and scales:
-// zero[g * count + r], scale[g * count + r]. Row o's zero point is nibble nibble_of[o % 8] of
-// its qzeros word.
-struct GroupTables {
-  std::vector<int32_t> zero;  // [groups, count]
-  std::vector<float> scale;   // [groups, count]
-};
-
-GroupTables group_tables(const LinearQuant& q, int64_t row0, int64_t count, int zero_offset,
-                         const int* nibble_of) {
-  const int64_t groups = q.scale->numel() / q.out_features;
-  const int64_t packed_cols = q.out_features / 8;
-  GroupTables t;
-  t.zero.resize(size_t(groups * count));
-  t.scale.resize(size_t(groups * count));
-  for (int64_t g = 0; g < groups; ++g) {
-    for (int64_t r = 0; r < count; ++r) {
-      const int64_t o = row0 + r;
-      const uint32_t z = load_u32(q.zeros->data, g * packed_cols + o / 8);
-      t.zero[size_t(g * count + r)] = int32_t((z >> (4 * nibble_of[o % 8])) & 15u) + zero_offset;
-      t.scale[size_t(g * count + r)] = float_element(*q.scale, g * q.out_features + o);
-    }
-  }
-  return t;
-}
-
-// GPTQ: element j of a run of 8 in nibble j (weights along the inputs, zero points along the
-// outputs). AWQ: kAwqNibbleOf (model/dequant.h).
+// GPTQ's weights: input j of a run of 8 in nibble j. AWQ's: kAwqNibbleOf (model/dequant.h).
 constexpr int kPlainNibble[8] = {0, 1, 2, 3, 4, 5, 6, 7};
 
 // Lane j: 4 * nibble_of[j], the shift that brings element j of a word to its low nibble.
 TANDEM_INLINE void nibble_shifts(const int* nibble_of, u32x8& shifts) {
   for (int j = 0; j < 8; ++j) shifts[j] = uint32_t(4 * nibble_of[j]);
-}
-
-// y[r] = reduce8(row r's lanes, 0) + bias: in_features is a multiple of 8, so the tail is the
-// empty sum, 0, as in dot_rows.
-TANDEM_INLINE void store_rows(const float (*lanes)[8], int64_t count, const float* bias, float* y) {
-  for (int64_t r = 0; r < count; ++r) y[r] = reduce8(lanes[r], 0.0f) + (bias ? bias[r] : 0.0f);
 }
 
 // AWQ: qweight [in, out / 8]; word (i, c) holds input i of rows c * 8 .. c * 8 + 7. Each word
@@ -64,7 +28,7 @@ TANDEM_INLINE void awq_rows(const float* x, const TensorView& w, const LinearQua
                             int64_t count, const float* bias, float* y) {
   const int64_t in = q.in_features, packed_cols = q.out_features / 8;
   const int64_t c0 = row0 / 8, cols = count / 8;
-  const GroupTables t = group_tables(q, row0, count, 0, kAwqNibbleOf);
+  const Int4GroupTables t = int4_group_tables(q, row0, count);
   u32x8 shifts;
   nibble_shifts(kAwqNibbleOf, shifts);
   f32x8 acc[8][kMostCols] = {};  // [lane, column]: rows c * 8 + j in element j
@@ -82,11 +46,15 @@ TANDEM_INLINE void awq_rows(const float* x, const TensorView& w, const LinearQua
       lane[c] += xi * weight;
     }
   }
-  float lanes[kInt4DotRows][8];  // [row, lane]
-  for (int64_t c = 0; c < cols; ++c)
-    for (int j = 0; j < 8; ++j)
-      for (int l = 0; l < 8; ++l) lanes[c * 8 + j][l] = acc[l][c][j];
-  store_rows(lanes, count, bias, y);
+  // Row c * 8 + j's lanes are element j of acc[0..7][c]; the tail is the empty sum, 0 (in is a
+  // multiple of 8), as in dot_rows.
+  for (int64_t c = 0; c < cols; ++c) {
+    for (int j = 0; j < 8; ++j) {
+      float lanes[8];  // [lane]
+      for (int l = 0; l < 8; ++l) lanes[l] = acc[l][c][j];
+      y[c * 8 + j] = reduce8(lanes, 0.0f) + (bias ? bias[c * 8 + j] : 0.0f);
+    }
+  }
 }
 
 // GPTQ: qweight [in / 8, out]; word (p, o) holds inputs 8p .. 8p + 7 of row o, which are its
@@ -95,7 +63,7 @@ TANDEM_INLINE void awq_rows(const float* x, const TensorView& w, const LinearQua
 TANDEM_INLINE void gptq_rows(const float* x, const TensorView& w, const LinearQuant& q,
                              int64_t row0, int64_t count, const float* bias, float* y) {
   const int64_t in = q.in_features, out = q.out_features;
-  const GroupTables t = group_tables(q, row0, count, int(q.zero_offset), kPlainNibble);
+  const Int4GroupTables t = int4_group_tables(q, row0, count);
   u32x8 shifts;
   nibble_shifts(kPlainNibble, shifts);
   f32x8 acc[kInt4DotRows] = {};  // [row]
@@ -119,10 +87,7 @@ TANDEM_INLINE void gptq_rows(const float* x, const TensorView& w, const LinearQu
       acc[r] += xv * (__builtin_convertvector(quant - z, f32x8) * s);
     }
   }
-  float lanes[kInt4DotRows][8];  // [row, lane]
-  for (int64_t r = 0; r < count; ++r)
-    for (int l = 0; l < 8; ++l) lanes[r][l] = acc[r][l];
-  store_rows(lanes, count, bias, y);
+  for (int64_t r = 0; r < count; ++r) y[r] = reduce_lanes(acc[r], 0.0f) + (bias ? bias[r] : 0.0f);
 }
 
 }  // namespace
