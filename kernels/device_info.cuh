@@ -73,4 +73,14 @@ bool fits_one_wave(void (*kernel)(Params...), int64_t blocks, int threads, size_
   return blocks <= per_sm * multiprocessors();
 }
 
+// An overlapped launch's form: `lead`, which lets its successor launch at its start, where its
+// grid of `blocks` is resident all at once, else `plain`, which does so after its loop
+// (gemv_warp.cuh lead_trigger). Asked of `lead` itself, the kernel that would launch: the two
+// forms may differ in registers, so in blocks an SM.
+template <typename... Params>
+auto lead_if_one_wave(void (*plain)(Params...), void (*lead)(Params...), int64_t blocks,
+                      int threads, size_t smem) -> void (*)(Params...) {
+  return fits_one_wave(lead, blocks, threads, smem) ? lead : plain;
+}
+
 }  // namespace tandem::kernels

@@ -124,9 +124,11 @@ void swiglu(const __nv_bfloat16* x, const NormedRows& in, const __nv_bfloat16* w
   auto* kernel = m == 2 ? gemv_swiglu_kernel<2, kNorm, true>
                  : pdl  ? gemv_swiglu_kernel<1, kNorm, true>
                         : gemv_swiglu_kernel<1, kNorm, false>;
-  if (pdl && fits_one_wave(kernel, blocks, kThreads, smem)) {
-    kernel = m == 2 ? gemv_swiglu_kernel<2, kNorm, true, true>
-                    : gemv_swiglu_kernel<1, kNorm, true, true>;
+  if (pdl) {
+    kernel = lead_if_one_wave(kernel,
+                              m == 2 ? gemv_swiglu_kernel<2, kNorm, true, true>
+                                     : gemv_swiglu_kernel<1, kNorm, true, true>,
+                              blocks, kThreads, smem);
   }
   pdl::launch(pdl, kernel, blocks, kThreads, smem, stream, x, in, w, width, k, out);
   TANDEM_CUDA_CHECK_LAUNCH();
@@ -148,9 +150,11 @@ void launch_tokens(int32_t m, const __nv_bfloat16* x, const __nv_bfloat16* w, in
     const int blocks = (n + kRowWarps / P - 1) / (kRowWarps / P);
     // An overlapped grid of one wave lets its successor launch at its start (o and down, a few
     // hundred blocks; not lm_head's thousands).
-    if (pdl && fits_one_wave(kernel, blocks, kRowWarps * 32, 0)) {
-      kernel = m == 2 ? gemv_kernel<2, Out, kAdd, true, P, true>
-                      : gemv_kernel<1, Out, kAdd, true, P, true>;
+    if (pdl) {
+      kernel = lead_if_one_wave(kernel,
+                                m == 2 ? gemv_kernel<2, Out, kAdd, true, P, true>
+                                       : gemv_kernel<1, Out, kAdd, true, P, true>,
+                                blocks, kRowWarps * 32, 0);
     }
     pdl::launch(pdl, kernel, blocks, kRowWarps * 32, 0, stream, x, w, n, k, ldy, y);
   });

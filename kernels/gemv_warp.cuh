@@ -225,7 +225,7 @@ __device__ __forceinline__ const __nv_bfloat16* start_block(const __nv_bfloat16*
 // after each warp's loop (allow_successor): a successor launched at the grid's start let the
 // kernel after it launch too, whose blocks then sat on SM slots the grid's later waves needed
 // (the int4 and FP8 GEMVs: AWQ 7B 2.010 -> 1.950 ms, FP8 7B 2.99 -> 2.69; H200, NOTES.md v21).
-// A grid that is resident all at once (kLead: the launcher asked fits_one_wave) has no later
+// A grid that is resident all at once (kLead: the launcher asked lead_if_one_wave) has no later
 // wave to crowd, so it lets its successor launch at its start (lead_trigger), and the
 // successor's work before its wait (the decode attention's page lookups and K/V copies, the
 // next GEMV's first weight loads) runs under this grid's loop instead of after it. Measured with

@@ -92,9 +92,11 @@ void qkv_rope(const __nv_bfloat16* x, const NormedRows& in, const __nv_bfloat16*
     const int blocks = (rows / 2 + kPairWarps / P - 1) / (kPairWarps / P);
     // An overlapped grid of one wave (every model's q|k|v so far) lets the attention launch at
     // its start, so that its page lookups and K/V copies run under this loop.
-    if (pdl && fits_one_wave(kernel, blocks, kPairWarps * 32, smem)) {
-      kernel = m == 2 ? qkv_rope_kernel<2, kNorm, true, P, true>
-                      : qkv_rope_kernel<1, kNorm, true, P, true>;
+    if (pdl) {
+      kernel = lead_if_one_wave(kernel,
+                                m == 2 ? qkv_rope_kernel<2, kNorm, true, P, true>
+                                       : qkv_rope_kernel<1, kNorm, true, P, true>,
+                                blocks, kPairWarps * 32, smem);
     }
     pdl::launch(pdl, kernel, blocks, kPairWarps * 32, smem, stream, x, in, w, k, a);
   });
