@@ -38,6 +38,16 @@ inline bool forced_plan(Plan& plan, bool clusters) {
   return true;
 }
 
+// The most k-slices a tile (2, 4 or 8, at most `limit`) for which `tile_blocks` x slices blocks
+// fit in one wave of `slots`; 1 where not even 2 do.
+inline int slices_in_one_wave(int tile_blocks, int slots, int limit) {
+  int parts = 1;
+  for (int p = 2; p <= 8 && p <= limit; p *= 2) {
+    if (tile_blocks * p <= slots) parts = p;
+  }
+  return parts;
+}
+
 // The plan, from a sweep of every (tiles per block, parts) in {1, 2, 4, 8}^2 at Qwen2.5-7B's
 // shapes and 1-32 tokens on the H200 (NOTES.md v12):
 // - Many tiles (gate|up, >= 8 a SM): k unsliced up to 8 tokens, 2 or 4 tiles a block (8 from 5
@@ -65,11 +75,8 @@ Plan choose_plan(int tiles, int k, int m, bool groups128, int sms, bool clusters
   if (!clusters || (m <= 2 && k < 8192) || (groups128 && m == 1)) return plan;
   const int pairs = k / 64;
   const int tile_blocks = (tiles + kWarps - 1) / kWarps;
-  const int slots = sliced_slots();
   plan.tiles_per_block = kWarps;
-  for (int parts = 2; parts <= 8 && parts <= pairs; parts *= 2) {
-    if (tile_blocks * parts <= slots) plan.parts = parts;
-  }
+  plan.parts = slices_in_one_wave(tile_blocks, sliced_slots(), pairs);
   if (plan.parts == 1) plan.tiles_per_block = 1;  // too few blocks to slice: one tile a block
   return plan;
 }
@@ -80,11 +87,7 @@ template <typename SlotsFn>
 Plan whole_heads_plan(int tiles, bool clusters, SlotsFn sliced_slots) {
   Plan plan{kWarps, 1};
   if (!clusters) return plan;
-  const int tile_blocks = (tiles + kWarps - 1) / kWarps;
-  const int slots = sliced_slots();
-  for (int parts = 2; parts <= 8; parts *= 2) {
-    if (tile_blocks * parts <= slots) plan.parts = parts;
-  }
+  plan.parts = slices_in_one_wave((tiles + kWarps - 1) / kWarps, sliced_slots(), 8);
   return plan;
 }
 
