@@ -21,36 +21,18 @@ void dequant_fp8(const TensorView& w, const LinearQuant& q, int64_t row0, int64_
   const int64_t in = q.in_features;
   const auto* bytes = reinterpret_cast<const uint8_t*>(w.data);
   const float* e4m3 = e4m3_table();
-  const int64_t block_cols = q.block_in > 0 ? (in + q.block_in - 1) / q.block_in : 0;
+  // Runs of inputs that share a scale: the whole row, or a block's width.
+  const int64_t run = q.fp8_scale == Fp8ScaleGranularity::kBlock ? q.block_in : in;
   for (int64_t r = 0; r < count; ++r) {
     const int64_t o = row0 + r;
     const uint8_t* row = bytes + o * in;
     float* dst = out + r * in;
-    switch (q.fp8_scale) {
-      case Fp8ScaleGranularity::kTensor:
-      case Fp8ScaleGranularity::kChannel: {
-        const float s =
-            float_element(*q.scale, q.fp8_scale == Fp8ScaleGranularity::kTensor ? 0 : o);
-        for (int64_t i = 0; i < in; ++i) dst[i] = e4m3[row[i]] * s;
-        break;
-      }
-      case Fp8ScaleGranularity::kBlock: {
-        const int64_t block_row = o / q.block_out;
-        for (int64_t i0 = 0; i0 < in; i0 += q.block_in) {
-          const float s = float_element(*q.scale, block_row * block_cols + i0 / q.block_in);
-          const int64_t i1 = std::min(in, i0 + q.block_in);
-          for (int64_t i = i0; i < i1; ++i) dst[i] = e4m3[row[i]] * s;
-        }
-        break;
-      }
+    for (int64_t i0 = 0; i0 < in; i0 += run) {
+      const float s = fp8_scale_of(q, o, i0);
+      const int64_t i1 = std::min(in, i0 + run);
+      for (int64_t i = i0; i < i1; ++i) dst[i] = e4m3[row[i]] * s;
     }
   }
-}
-
-// AWQ packs its weights and zero points by output feature in kAwqNibbleOf's order; GPTQ its
-// weights along the inputs and its zero points by output feature, both in plain order.
-int nibble_of(QuantFormat f, int64_t index) {
-  return f == QuantFormat::kAwq ? kAwqNibbleOf[index % 8] : int(index % 8);
 }
 
 // qweight [in, out/8]: row i holds input feature i of every output feature.
@@ -62,7 +44,7 @@ void dequant_awq(const TensorView& w, const LinearQuant& q, int64_t row0, int64_
   int32_t column[kInt4RowsAtOnce], shift[kInt4RowsAtOnce];  // [count] each row's word, nibble
   for (int64_t r = 0; r < count; ++r) {
     column[r] = int32_t((row0 + r) / 8);
-    shift[r] = 4 * nibble_of(QuantFormat::kAwq, row0 + r);
+    shift[r] = 4 * int4_nibble_of(QuantFormat::kAwq, row0 + r);
   }
   for (int64_t i = 0; i < in; ++i) {
     const int64_t g = i / q.group_size;
@@ -87,7 +69,7 @@ void dequant_gptq(const TensorView& w, const LinearQuant& q, int64_t row0, int64
     if (q.g_idx != nullptr) g = int32_t(load_u32(q.g_idx->data, i));
     const int32_t* zero = t.zero.data() + g * count;
     const float* scale = t.scale.data() + g * count;
-    const int shift = 4 * nibble_of(QuantFormat::kGptq, i);
+    const int shift = 4 * int4_nibble_of(QuantFormat::kGptq, i);
     for (int64_t r = 0; r < count; ++r) {
       const int quant = int((load_u32(w.data, (i / 8) * out_features + row0 + r) >> shift) & 15u);
       out[r * in + i] = float(quant - zero[r]) * scale[r];
@@ -108,11 +90,25 @@ Int4GroupTables int4_group_tables(const LinearQuant& q, int64_t row0, int64_t co
     for (int64_t r = 0; r < count; ++r) {
       const int64_t o = row0 + r;
       const uint32_t z = load_u32(q.zeros->data, g * packed_cols + o / 8);
-      t.zero[size_t(g * count + r)] = int((z >> (4 * nibble_of(q.format, o))) & 15u) + offset;
+      t.zero[size_t(g * count + r)] = int((z >> (4 * int4_nibble_of(q.format, o))) & 15u) + offset;
       t.scale[size_t(g * count + r)] = float_element(*q.scale, g * q.out_features + o);
     }
   }
   return t;
+}
+
+float fp8_scale_of(const LinearQuant& q, int64_t row, int64_t input) {
+  switch (q.fp8_scale) {
+    case Fp8ScaleGranularity::kTensor:
+      return float_element(*q.scale, 0);
+    case Fp8ScaleGranularity::kChannel:
+      return float_element(*q.scale, row);
+    case Fp8ScaleGranularity::kBlock: {
+      const int64_t block_cols = (q.in_features + q.block_in - 1) / q.block_in;
+      return float_element(*q.scale, (row / q.block_out) * block_cols + input / q.block_in);
+    }
+  }
+  return 0;
 }
 
 const float* e4m3_table() {

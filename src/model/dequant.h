@@ -19,6 +19,13 @@ namespace tandem {
 // order = {0, 2, 4, 6, 1, 3, 5, 7}; the inverse says which nibble holds feature c*8 + j.
 inline constexpr int kAwqNibbleOf[8] = {0, 4, 1, 5, 2, 6, 3, 7};
 
+// The nibble of its packed int32 that holds element `index` of a run of 8: AWQ packs its
+// weights and zero points by output feature in kAwqNibbleOf's order; GPTQ its weights along
+// the inputs and its zero points by output feature, both in plain order.
+inline int int4_nibble_of(QuantFormat f, int64_t index) {
+  return f == QuantFormat::kAwq ? kAwqNibbleOf[index % 8] : int(index % 8);
+}
+
 // Rows [row0, row0 + count) of the [out, in] matrix a quantized Linear stands for:
 // out[count, in_features] fp32. `weight` is the stored weight (fp8 `weight` or `qweight`).
 void dequant_rows(const TensorView& weight, const LinearQuant& q, int64_t row0, int64_t count,
@@ -32,6 +39,9 @@ struct Int4GroupTables {
   std::vector<float> scale;   // [groups, count]
 };
 Int4GroupTables int4_group_tables(const LinearQuant& q, int64_t row0, int64_t count);
+
+// The scale of an FP8 Linear's weight (row, input): the tensor's, the row's, or its block's.
+float fp8_scale_of(const LinearQuant& q, int64_t row, int64_t input);
 
 // The 256 e4m3 codes decoded (fp8_e4m3_to_f32), a table built once: a call per weight was most
 // of the CPU's FP8 dequantization.

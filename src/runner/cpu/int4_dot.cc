@@ -13,12 +13,9 @@ using namespace vec8;
 
 constexpr int64_t kMostCols = kInt4DotRows / 8;
 
-// GPTQ's weights: input j of a run of 8 in nibble j. AWQ's: kAwqNibbleOf (model/dequant.h).
-constexpr int kPlainNibble[8] = {0, 1, 2, 3, 4, 5, 6, 7};
-
-// Lane j: 4 * nibble_of[j], the shift that brings element j of a word to its low nibble.
-TANDEM_INLINE void nibble_shifts(const int* nibble_of, u32x8& shifts) {
-  for (int j = 0; j < 8; ++j) shifts[j] = uint32_t(4 * nibble_of[j]);
+// Lane j: the shift that brings element j of a word in format f's order to its low nibble.
+TANDEM_INLINE void nibble_shifts(QuantFormat f, u32x8& shifts) {
+  for (int j = 0; j < 8; ++j) shifts[j] = uint32_t(4 * int4_nibble_of(f, j));
 }
 
 // AWQ: qweight [in, out / 8]; word (i, c) holds input i of rows c * 8 .. c * 8 + 7. Each word
@@ -30,7 +27,7 @@ TANDEM_INLINE void awq_rows(const float* x, const TensorView& w, const LinearQua
   const int64_t c0 = row0 / 8, cols = count / 8;
   const Int4GroupTables t = int4_group_tables(q, row0, count);
   u32x8 shifts;
-  nibble_shifts(kAwqNibbleOf, shifts);
+  nibble_shifts(QuantFormat::kAwq, shifts);
   f32x8 acc[8][kMostCols] = {};  // [lane, column]: rows c * 8 + j in element j
   for (int64_t i = 0; i < in; ++i) {
     const int64_t g = i / q.group_size;
@@ -65,7 +62,7 @@ TANDEM_INLINE void gptq_rows(const float* x, const TensorView& w, const LinearQu
   const int64_t in = q.in_features, out = q.out_features;
   const Int4GroupTables t = int4_group_tables(q, row0, count);
   u32x8 shifts;
-  nibble_shifts(kPlainNibble, shifts);
+  nibble_shifts(QuantFormat::kGptq, shifts);
   f32x8 acc[kInt4DotRows] = {};  // [row]
   for (int64_t p = 0; p < in / 8; ++p) {
     const f32x8 xv = TANDEM_LOAD8(x + p * 8);
