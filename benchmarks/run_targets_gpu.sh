@@ -23,14 +23,7 @@ T=$BIN/tools/tandem
 L=$BIN/benchmarks/bench_decode_latency
 mkdir -p "$OUT" "$WORK"
 nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader > "$OUT/gpu.txt" 2>&1
-step() {  # name, timeout, command...
-  local name=$1 limit=$2
-  shift 2
-  local t0=$(date +%s)
-  timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
-  local rc=$?
-  printf '%-22s rc=%-3s %4ss\n' "$name" "$rc" "$(( $(date +%s) - t0 ))" | tee -a "$OUT/summary.txt"
-}
+. "$(dirname "$0")/step_lib.sh"
 if [ "${QUANT:-1}" != 0 ]; then
   for Q in awq gptq; do
     [ -f "$WORK/q7b-$Q/config.json" ] || "$T" mkmodel --preset qwen2.5-7b --quantization $Q \

@@ -19,14 +19,7 @@ export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export TANDEM_SOURCE_ROOT=$PWD TANDEM_BUILD_ROOT=$PWD/$BIN
 mkdir -p "$OUT"
 nvidia-smi topo -m > "$OUT/topo.txt" 2>&1
-step() {  # name, timeout, command...
-  local name=$1 limit=$2
-  shift 2
-  local t0=$(date +%s)
-  timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
-  local rc=$?
-  printf '%-24s rc=%-3s %4ss\n' "$name" "$rc" "$(( $(date +%s) - t0 ))" | tee -a "$OUT/summary.txt"
-}
+. "$(dirname "$0")/step_lib.sh"
 step gpu_transport 50 "$BIN/gpu_transport"
 step multi_gpu_transport 120 "$BIN/multi_gpu_transport"
 step kv_ship_bench_2gpu 45 "$BIN/kv_ship_bench" --src 0 --dst 1 --reps 20 \
