@@ -11,7 +11,9 @@
 # speculative pair, QUANT=0 the AWQ / GPTQ checkpoints (mkmodel writes each in ~2 minutes; no
 # timed run starts before they are written, so their CPU work does not disturb a step's host
 # part). SUITES=1 runs the one-GPU test suites meanwhile (their output in $OUT/<suite>.log).
-# Each run's JSON line is in $OUT/<case>.<rep>.log.
+# Each run's JSON line is in $OUT/<case>.<rep>.log. TAR=FILE.tar.xz packs $OUT into one file at
+# the end: the device machine returns only a few files from its $OUT (v41 lost call 1's logs),
+# so there point OUT at a scratch folder and TAR at $OUT/targets.tar.xz.
 set -u
 BIN=${BIN:-build}
 OUT=${OUT:-/tmp/out}
@@ -59,3 +61,6 @@ if [ "${SPEC:-1}" != 0 ]; then
     > "$OUT/spec.log" 2>&1
 fi
 python3 "$(dirname "$0")/targets.py" "$OUT" | tee "$OUT/targets.txt"
+if [ -n "${TAR:-}" ]; then
+  tar cJf "$TAR" -C "$(dirname "$OUT")" "$(basename "$OUT")"
+fi
