@@ -27,10 +27,7 @@ for q in $QLENS; do
   mv "$OUT/ncu_q$q.log" "$OUT/ncu_q$q.csv"
   csvs+=("$OUT/ncu_q$q.csv")
 done
-first=${csvs[0]}
-last=${csvs[${#csvs[@]} - 1]}
-if [ "$first" = "$last" ]; then
-  python3 "$(dirname "$0")/kernel_breakdown.py" --steps "$STEPS" "$first"
-else
-  python3 "$(dirname "$0")/kernel_breakdown.py" --steps "$STEPS" "$first" "$last"
-fi | tee "$OUT/breakdown.txt"
+# The first run, and the last where there are several.
+pick=("${csvs[0]}")
+[ ${#csvs[@]} -gt 1 ] && pick+=("${csvs[${#csvs[@]} - 1]}")
+python3 "$(dirname "$0")/kernel_breakdown.py" --steps "$STEPS" "${pick[@]}" | tee "$OUT/breakdown.txt"
