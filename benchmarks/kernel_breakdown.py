@@ -15,19 +15,25 @@ import csv
 import os
 import sys
 
-# ncu picks a unit per row.
-UNIT_US = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6}
+# ncu picks a unit per row, spelled long ("nsecond") or short ("ns", ncu 2025.3 on the H200 /
+# H100 machines) by version.
+UNIT_US = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6,
+           "ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}
 
 
 def base_name(name):
     """`void ns::(anonymous namespace)::gemv_kernel<2, float>(const T *, ...)` -> gemv_kernel."""
+    # ncu 2025.3 writes the anonymous namespace as "unnamed>::" (its '<' lost), older ones as
+    # "(anonymous namespace)::" or "<unnamed>::": a namespace, not a template or an argument list.
+    for anon in ("(anonymous namespace)::", "<unnamed>::", "unnamed>::"):
+        name = name.replace(anon, "")
     depth, cut = 0, len(name)
     for i, ch in enumerate(name):  # the argument list: the first '(' outside template brackets
         if ch == "<":
             depth += 1
         elif ch == ">":
             depth -= 1
-        elif ch == "(" and depth == 0 and not name.startswith("(anonymous", i):
+        elif ch == "(" and depth == 0:
             cut = i
             break
     head = name[:cut]
