@@ -218,12 +218,12 @@ __device__ __forceinline__ void cp_async16_if(bool pred, void* smem, const void*
       "l"(gmem), "r"(src_bytes), "r"(int(pred)));
 }
 
-// kEarly (an overlapped launch, pdl.cuh): the kernel starts while q and this token's K/V are
+// kEarly (an overlapped launch, pdl.cuh): the kernel starts while q and this step's K/V are
 // still being written. The step's metadata (copied before its first kernel) and the keys before
-// this token's own (written by earlier forwards: a decode batch has one query token a sequence)
-// need no wait, so the first tile's other K/V rows are in flight before it, and q and the token's
-// own row come after it. A plain launch reads everything in the order below the wait (see
-// launch_tc for where the early start runs).
+// the sequence's first query token (written by earlier forwards) need no wait, so the first
+// tile's other K/V rows are in flight before it, and q and this step's rows ("fresh": one a
+// sequence in a decode batch, up to a verify's k + 1) come after it. A plain launch reads
+// everything in the order below the wait (see launch_tc for where the early start runs).
 template <int D, bool kEarly>
 __global__ void __launch_bounds__(32 * kDecodeMaxWarps)
     decode_attention_tc_kernel(const __nv_bfloat16* __restrict__ q,
@@ -245,18 +245,27 @@ __global__ void __launch_bounds__(32 * kDecodeMaxWarps)
   const int t = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z, splits = gridDim.z;
   const int G = s.num_heads / s.num_kv_heads;
   const int num_keys = positions[t] + 1;
-  const int own_key = num_keys - 1;  // written by this step's q|k|v kernel
+  const int32_t seq = token_seq[t];
+  // The first key this step writes: the tokens of a sequence are consecutive in the batch at
+  // consecutive positions (ForwardBatch), so the run of lanes u = t - lane of the same sequence
+  // counts them. More than 32 (a prefill-sized chunk) counts every key as fresh.
+  int first_new = num_keys - 1;
+  if constexpr (kEarly) {
+    const int u = t - lane;
+    const unsigned run = __ballot_sync(0xffffffffu, u >= 0 && token_seq[u] == seq);
+    first_new = run == 0xffffffffu ? 0 : num_keys - (__ffs(~run) - 1);
+  }
   const int slices = splits * num_warps, slice = split * num_warps + warp;
   const int chunk = (num_keys + slices - 1) / slices;
   const int begin = slice * chunk, end = min(num_keys, begin + chunk);
-  const int32_t* pages = page_ids + seq_page_start[token_seq[t]];
+  const int32_t* pages = page_ids + seq_page_start[seq];
 
   // Tile kt's K and V rows: lane j looks up key kt + j's page once for both; then each copy
   // instruction covers RPI whole rows (LPR lanes of 16 bytes per row, the row shuffled from its
   // key's lane), so a warp reads 2-4 contiguous rows per instruction instead of 32 rows'
   // scattered 16-byte pieces. The copies go straight to shared memory (no registers held, so
-  // more warps fit an SM). `skip`: the copy this lane leaves out (the own key's row in kEarly's
-  // first tile, copied after the wait), -1 for none. It runs in two places a matrix (the first
+  // more warps fit an SM). `fresh_r`: kEarly's first tile leaves rows r >= fresh_r out (this
+  // step's keys, copied after the wait); kTcKeys for none. It runs in two places a matrix (the first
   // tile, then the next tile's inside the loop); at head size 128 six unrolled copies of it made
   // the early kernel's code twice the plain one's.
   // Rows are indexed in whole rows of D elements (a layer's cache holds far fewer than 2^31), so
@@ -273,7 +282,7 @@ __global__ void __launch_bounds__(32 * kDecodeMaxWarps)
   };
   const int lane_col = (lane % LPR) * 8;
   auto copy_rows = [&](int my_row, __nv_bfloat16(*rows)[D + kTcPad], const __nv_bfloat16* cache,
-                       int skip) {
+                       int fresh_r) {
     const char* lane_cache = reinterpret_cast<const char*>(cache + lane_col);
 #pragma unroll
     for (int i = 0; i < NI; ++i) {
@@ -281,15 +290,16 @@ __global__ void __launch_bounds__(32 * kDecodeMaxWarps)
       const int row = __shfl_sync(0xffffffffu, my_row, r);
       const char* src = lane_cache + int64_t(max(row, 0)) * (D * 2);  // one wide multiply-add
       if constexpr (kEarly) {
-        cp_async16_if(i != skip, &rows[r][lane_col], src, row >= 0 ? 16 : 0);
+        cp_async16_if(r < fresh_r || row < 0, &rows[r][lane_col], src, row >= 0 ? 16 : 0);
       } else {
         cp_async16(&rows[r][lane_col], src, row >= 0 ? 16 : 0);  // zeros past the end: 0 * V
       }
     }
   };
   uint32_t qa[KC][4];
-  // kEarly: the own key's row is in the first tile, copied apart after the wait.
-  const bool own_first = kEarly && begin <= own_key && own_key < min(end, begin + kTcKeys);
+  // kEarly: rows fresh_r on of the first tile are this step's keys, copied apart after the wait.
+  const int fresh_r = kEarly ? first_new - begin : kTcKeys;
+  const bool fresh_first = kEarly && begin < end && first_new < min(end, begin + kTcKeys);
   if constexpr (kEarly) {
     if (begin >= end) pdl::grid_dependency_wait();  // an empty slice still writes its state
   } else {
@@ -335,14 +345,11 @@ __global__ void __launch_bounds__(32 * kDecodeMaxWarps)
   // has copies in flight the whole loop, not one tile's at a time.
   int my_row = tile_row(begin);
   {
-    // The own key's row r is copy r / RPI of lanes r % RPI * LPR on.
-    const int own_r = own_key - begin;
-    const int skip = own_first && lane / LPR == own_r % RPI ? own_r / RPI : -1;
     __syncwarp();  // the query rows' ldmatrix reads are done
     if (begin < end) {
-      copy_rows(my_row, sm.tile.k, k_cache, skip);
+      copy_rows(my_row, sm.tile.k, k_cache, fresh_r);
       cp_async_commit();
-      copy_rows(my_row, sm.tile.v, v_cache, skip);
+      copy_rows(my_row, sm.tile.v, v_cache, fresh_r);
       cp_async_commit();
     }
     if constexpr (kEarly) {
@@ -360,11 +367,16 @@ __global__ void __launch_bounds__(32 * kDecodeMaxWarps)
               g < G ? pdl::load_input(reinterpret_cast<const uint32_t*>(qrow + kc * 16 + 8)) : 0u;
           qa[kc][3] = 0u;
         }
-        if (own_first) {  // the copies left out above, then the whole tile
-          const int64_t at = int64_t(__shfl_sync(0xffffffffu, my_row, own_r)) * D + lane_col;
-          if (skip >= 0) {
-            cp_async16(&sm.tile.k[own_r][lane_col], k_cache + at, 16);
-            cp_async16(&sm.tile.v[own_r][lane_col], v_cache + at, 16);
+        if (fresh_first) {  // the copies left out above, then the whole tile
+#pragma unroll
+          for (int i = 0; i < NI; ++i) {
+            const int r = i * RPI + lane / LPR;
+            const int row = __shfl_sync(0xffffffffu, my_row, r);
+            if (r >= fresh_r && row >= 0) {
+              const int64_t at = int64_t(row) * D + lane_col;
+              cp_async16(&sm.tile.k[r][lane_col], k_cache + at, 16);
+              cp_async16(&sm.tile.v[r][lane_col], v_cache + at, 16);
+            }
           }
           cp_async_commit();
           cp_async_wait<0>();
@@ -399,7 +411,7 @@ __global__ void __launch_bounds__(32 * kDecodeMaxWarps)
       }
     }
     __syncwarp();  // every lane's K reads are done before the next tile's copies overwrite them
-    if (more) copy_rows(my_row, sm.tile.k, k_cache, -1);
+    if (more) copy_rows(my_row, sm.tile.k, k_cache, kTcKeys);
     cp_async_commit();  // possibly empty: the group count stays the same every tile
     float mx = -INFINITY;
 #pragma unroll
@@ -439,7 +451,7 @@ __global__ void __launch_bounds__(32 * kDecodeMaxWarps)
       }
     }
     __syncwarp();  // every lane's V reads are done before the next tile's copies overwrite them
-    if (more) copy_rows(my_row, sm.tile.v, v_cache, -1);
+    if (more) copy_rows(my_row, sm.tile.v, v_cache, kTcKeys);
     cp_async_commit();
   }
   cp_async_wait<0>();  // nothing is left in flight (the last tile's groups are empty)

@@ -48,9 +48,10 @@ void launch_decode_attention(const __nv_bfloat16* q,         // [T, H * D] in
                              __nv_bfloat16* out,  // [T, H * D] out
                              cudaStream_t stream,
                              // May overlap the kernel before (pdl.cuh, sm_90+): the metadata
-                             // arrays and each sequence's K/V before its query token's own key
-                             // are read before the wait, so that kernel must write only q and
-                             // the query tokens' own K/V rows.
+                             // arrays and each sequence's K/V before its first query token's
+                             // position are read before the wait, so that kernel must write
+                             // only q and the query tokens' own K/V rows. A sequence's tokens
+                             // are consecutive, at consecutive positions.
                              bool pdl = false);
 
 }  // namespace tandem::kernels

@@ -430,7 +430,6 @@ void CudaRunner::forward(const ForwardBatch& batch) {
       cudaMemcpyAsync(meta_dev_.as<int32_t>(), m, meta_bytes, cudaMemcpyHostToDevice, stream_));
   TANDEM_CUDA_CHECK(cudaEventRecord(meta_copied_, stream_));
   num_logits_ = L;
-  one_query_per_seq_ = decode_only;
   last_interval_ = nullptr;
   if (T == 0) return;
   // Events around the launch only: a capture must not record them into the graph.
@@ -636,8 +635,7 @@ void CudaRunner::attention(int32_t T, const __nv_bfloat16* kc, const __nv_bfloat
   } else if (decode_slices_ > 0) {
     kernels::launch_decode_attention(q, kc, vc, meta + off_token_seq_, meta + off_positions_,
                                      meta + off_seq_page_start_, meta + off_page_ids_, shape,
-                                     decode_slices_, attn_partials_.as<float>(), out, stream_,
-                                     pdl && one_query_per_seq_);
+                                     decode_slices_, attn_partials_.as<float>(), out, stream_, pdl);
   } else {
     kernels::launch_paged_attention(q, kc, vc, meta + off_token_seq_, meta + off_positions_,
                                     meta + off_seq_page_start_, meta + off_page_ids_, shape, out,

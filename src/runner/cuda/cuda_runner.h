@@ -161,9 +161,6 @@ class CudaRunner final : public ModelRunner {
   int32_t off_tile_start_ = 0, off_tile_len_ = 0, max_tiles_ = 0;
   int32_t num_tiles_ = 0;      // of the current forward; 0 = decode kernel
   int32_t decode_slices_ = 0;  // of the current forward; 0 = not a decode batch
-  // Of the current forward: one query token a sequence, the only batch whose attention may start
-  // before its q|k|v kernel ends (the early decode kernel reads the earlier keys before the wait).
-  bool one_query_per_seq_ = false;
   // Of the current forward: logit row i is token row i for every token (a decode step, a
   // verify), so lm_head reads the final norm's rows in place, with no gather launch.
   bool logits_in_place_ = false;
