@@ -265,14 +265,14 @@ __global__ void __launch_bounds__(32 * kDecodeMaxWarps)
   // key's lane), so a warp reads 2-4 contiguous rows per instruction instead of 32 rows'
   // scattered 16-byte pieces. The copies go straight to shared memory (no registers held, so
   // more warps fit an SM). `fresh_r`: kEarly's first tile leaves rows r >= fresh_r out (this
-  // step's keys, copied after the wait); kTcKeys for none. It runs in two places a matrix (the first
-  // tile, then the next tile's inside the loop); at head size 128 six unrolled copies of it made
-  // the early kernel's code twice the plain one's.
-  // Rows are indexed in whole rows of D elements (a layer's cache holds far fewer than 2^31), so
-  // a copy costs one 32-bit shuffle and one wide multiply-add on a per-lane base pointer. With
-  // 64-bit element offsets the address arithmetic was a quarter of the kernel's instructions
-  // (ncu, Qwen2.5-7B batch 64 at 1k: 10.9M instructions a layer with them, 8.2M without; the
-  // kernel 43.8 -> 42.9 us; NOTES.md v27). What bounds the kernel there is the K/V stream itself
+  // step's keys, copied after the wait); kTcKeys for none. It runs in two places a matrix (the
+  // first tile, then the next tile's inside the loop); at head size 128 six unrolled copies of it
+  // made the early kernel's code twice the plain one's. Rows are indexed in whole rows of D
+  // elements (a layer's cache holds far fewer than 2^31), so a copy costs one 32-bit shuffle and
+  // one wide multiply-add on a per-lane base pointer. With 64-bit element offsets the address
+  // arithmetic was a quarter of the kernel's instructions (ncu, Qwen2.5-7B batch 64 at 1k: 10.9M
+  // instructions a layer with them, 8.2M without; the kernel 43.8 -> 42.9 us; NOTES.md v27). What
+  // bounds the kernel there is the K/V stream itself
   // (~3.2 TB/s): with the mma work left out it still took 41.9 us.
   auto tile_row = [&](int kt) -> int {
     const int key = kt + lane;

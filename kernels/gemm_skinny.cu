@@ -39,14 +39,17 @@ __device__ __forceinline__ int swizzled(int row, int piece, int chunk) {
   return row * chunk + ((piece ^ (row & 7)) << 3);
 }
 
-enum class Epilogue { kStore, kSwiglu };
+enum class Epilogue { kStore, kSwiglu, kRope };
 
-// n: output rows (kStore) or the gate|up width (kSwiglu). kSwiglu tiles hold 8 gate rows and the
-// 8 up rows of the same outputs, so one lane ends up with both factors of its outputs.
+// n: output rows (kStore), the gate|up width (kSwiglu) or the q|k|v rows' rotary pairs (kRope:
+// (H + 2 KVH) · D / 2). kSwiglu tiles hold 8 gate rows and the 8 up rows of the same outputs,
+// kRope's dims i and i + D/2 of 8 head pairs, so one lane ends up with both values it combines.
+// `rope`: kRope's target (rope_kv.cuh), unused by the others.
 template <int kChunk, int kStages, int kWarps, int kTiles, int kNTiles, Epilogue kEpi, typename Out>
 __global__ void __launch_bounds__(kWarps * 32)
     skinny_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w,
-                  int32_t m, int32_t n, int32_t k, int32_t ldy, Out* __restrict__ y) {
+                  int32_t m, int32_t n, int32_t k, int32_t ldy, Out* __restrict__ y,
+                  RopeKvTarget rope) {
   using S = Shape<kChunk, kStages, kWarps, kTiles, kNTiles>;
   extern __shared__ uint4 smem[];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -60,6 +63,10 @@ __global__ void __launch_bounds__(kWarps * 32)
     } else {
       const int out = blockIdx.x * (S::kRows / 2) + (r >> 4) * 8 + (r & 7);
       if (out >= n) return -1;
+      if constexpr (kEpi == Epilogue::kRope) {
+        const int half = rope.s.head_dim / 2;
+        return (out / half) * rope.s.head_dim + out % half + ((r & 8) ? half : 0);
+      }
       return (r & 8) ? int64_t(n) + out : out;
     }
   };
@@ -188,10 +195,15 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
         if (t0 + j >= m) continue;
-        // Both factors rounded to bf16 first, as launch_skinny_gemm would store them.
-        const float gb = __bfloat162float(__float2bfloat16(vals[0][j]));
-        const float ub = __bfloat162float(__float2bfloat16(vals[1][j]));
-        y[int64_t(t0 + j) * ldy + out] = __float2bfloat16(silu_times(gb, ub));
+        // Both values rounded to bf16 first, as launch_skinny_gemm would store them.
+        const float lo = __bfloat162float(__float2bfloat16(vals[0][j]));
+        const float hi = __bfloat162float(__float2bfloat16(vals[1][j]));
+        if constexpr (kEpi == Epilogue::kRope) {
+          const int half = rope.s.head_dim / 2;
+          rope_store_pair(rope, t0 + j, out / half, out % half, lo, hi);
+        } else {
+          y[int64_t(t0 + j) * ldy + out] = __float2bfloat16(silu_times(lo, hi));
+        }
       }
     }
   }
@@ -203,12 +215,13 @@ struct Variant {
   int tokens;   // at most
   int threads;  // per block
   size_t smem;
-  void (*store_bf16)(const __nv_bfloat16*, const __nv_bfloat16*, int32_t, int32_t, int32_t, int32_t,
-                     __nv_bfloat16*);
-  void (*store_f32)(const __nv_bfloat16*, const __nv_bfloat16*, int32_t, int32_t, int32_t, int32_t,
-                    float*);
-  void (*swiglu)(const __nv_bfloat16*, const __nv_bfloat16*, int32_t, int32_t, int32_t, int32_t,
-                 __nv_bfloat16*);
+  template <typename Out>
+  using Kernel = void (*)(const __nv_bfloat16*, const __nv_bfloat16*, int32_t, int32_t, int32_t,
+                          int32_t, Out*, RopeKvTarget);
+  Kernel<__nv_bfloat16> store_bf16;
+  Kernel<float> store_f32;
+  Kernel<__nv_bfloat16> swiglu;
+  Kernel<__nv_bfloat16> rope;
 };
 
 template <int kChunk, int kStages, int kWarps, int kTiles, int kNTiles>
@@ -223,7 +236,8 @@ Variant make_variant(const char* name) {
       S::kSmemBytes,
       skinny_kernel<kChunk, kStages, kWarps, kTiles, kNTiles, store, __nv_bfloat16>,
       skinny_kernel<kChunk, kStages, kWarps, kTiles, kNTiles, store, float>,
-      skinny_kernel<kChunk, kStages, kWarps, kTiles, kNTiles, Epilogue::kSwiglu, __nv_bfloat16>};
+      skinny_kernel<kChunk, kStages, kWarps, kTiles, kNTiles, Epilogue::kSwiglu, __nv_bfloat16>,
+      skinny_kernel<kChunk, kStages, kWarps, kTiles, kNTiles, Epilogue::kRope, __nv_bfloat16>};
 }
 
 // name: chunk features / ring stages / warps per block / 16-row tiles per block / 8-token
@@ -280,12 +294,11 @@ void opt_in_smem(const void* kernel, size_t bytes) {
 }
 
 template <typename Out>
-void launch(void (*kernel)(const __nv_bfloat16*, const __nv_bfloat16*, int32_t, int32_t, int32_t,
-                           int32_t, Out*),
-            const Variant& v, int32_t blocks, cudaStream_t stream, bool pdl, const __nv_bfloat16* x,
-            const __nv_bfloat16* w, int32_t m, int32_t n, int32_t k, int32_t ldy, Out* y) {
+void launch(Variant::Kernel<Out> kernel, const Variant& v, int32_t blocks, cudaStream_t stream,
+            bool pdl, const __nv_bfloat16* x, const __nv_bfloat16* w, int32_t m, int32_t n,
+            int32_t k, int32_t ldy, Out* y, const RopeKvTarget& rope = {}) {
   opt_in_smem(reinterpret_cast<const void*>(kernel), v.smem);
-  pdl::launch(pdl, kernel, blocks, v.threads, v.smem, stream, x, w, m, n, k, ldy, y);
+  pdl::launch(pdl, kernel, blocks, v.threads, v.smem, stream, x, w, m, n, k, ldy, y, rope);
 }
 
 const Variant& checked(int32_t variant, int32_t m, int32_t k, bool swiglu, const char* what) {
@@ -345,6 +358,26 @@ void launch_skinny_swiglu(const __nv_bfloat16* x, const __nv_bfloat16* w, int32_
   const Variant& v = checked(variant, m, k, true, "skinny_swiglu");
   const int32_t blocks = (width + v.rows / 2 - 1) / (v.rows / 2);
   launch(v.swiglu, v, blocks, stream, pdl, x, w, m, width, k, width, out);
+}
+
+bool skinny_qkv_rope_fuses(int32_t m, int32_t k, const RopeKvShape& s) {
+  const int64_t rows = int64_t(s.num_heads + 2 * s.num_kv_heads) * s.head_dim;
+  return s.num_tokens == m && s.head_dim % 2 == 0 && k % 8 == 0 && m >= kSkinnyMinTokens &&
+         m <= kSkinnyMaxTokens && skinny_gemm_wins(m, int32_t(rows), k);
+}
+
+void launch_skinny_qkv_rope(const __nv_bfloat16* x, const __nv_bfloat16* w, int32_t m, int32_t k,
+                            const RopeKvTarget& out, cudaStream_t stream, int32_t variant,
+                            bool pdl) {
+  const Variant& v = checked(variant, m, k, false, "skinny_qkv_rope");
+  if (out.s.num_tokens != m || out.s.head_dim % 2 != 0) {
+    std::fprintf(stderr, "skinny_qkv_rope: %d tokens against the target's %d, head size %d\n", m,
+                 out.s.num_tokens, out.s.head_dim);
+    std::abort();
+  }
+  const int32_t pairs = (out.s.num_heads + 2 * out.s.num_kv_heads) * (out.s.head_dim / 2);
+  const int32_t blocks = (pairs + v.rows / 2 - 1) / (v.rows / 2);
+  launch<__nv_bfloat16>(v.rope, v, blocks, stream, pdl, x, w, m, pairs, k, 0, nullptr, out);
 }
 
 }  // namespace tandem::kernels

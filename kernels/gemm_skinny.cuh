@@ -16,6 +16,8 @@
 
 #include <cstdint>
 
+#include "rope_kv.cuh"
+
 namespace tandem::kernels {
 
 // 1 token stays on the GEMV, whose fused forms also fold the norm, the residual add and RoPE.
@@ -50,5 +52,16 @@ void launch_skinny_swiglu(const __nv_bfloat16* x,  // [m, k] in
                           __nv_bfloat16* out,  // [m, width] out
                           cudaStream_t stream, int32_t variant = -1,
                           bool pdl = false);  // may overlap the kernel before it (pdl.cuh)
+
+// The q|k|v projection with RoPE and the K/V page write in its epilogue, for 2-32 tokens (a
+// verify pass, a small decode batch): launch_skinny_gemm (bf16 out) then launch_rope_kv_write in
+// one pass, the same bits, one launch and one seam a layer fewer. skinny_qkv_rope_fuses: whether
+// the shape takes it (out's m tokens, an even head size, where the skinny GEMM wins).
+bool skinny_qkv_rope_fuses(int32_t m, int32_t k, const RopeKvShape& s);
+void launch_skinny_qkv_rope(const __nv_bfloat16* x,  // [m, k] in
+                            const __nv_bfloat16* w,  // [(H + 2*KVH) * D, k] in: q | k | v rows
+                            int32_t m, int32_t k, const RopeKvTarget& out, cudaStream_t stream,
+                            int32_t variant = -1,
+                            bool pdl = false);  // may overlap the kernel before it (pdl.cuh)
 
 }  // namespace tandem::kernels

@@ -529,6 +529,9 @@ void CudaRunner::run_model(int32_t T, int32_t L) {
       if (T <= kernels::kGemvMaxTokens && w.qkv.bf16() != nullptr && D % 16 == 0) {
         // Decode: RoPE and the K/V write in the projection's epilogue (the same bits).
         kernels::launch_qkv_rope_gemv(normed, w.qkv.bf16(), H, rope_out, stream_, pdl);
+      } else if (w.qkv.bf16() != nullptr && kernels::skinny_qkv_rope_fuses(T, H, rope_shape)) {
+        // A verify pass or a small batch (2-32 tokens): the same epilogue in the skinny GEMM.
+        kernels::launch_skinny_qkv_rope(normed, w.qkv.bf16(), T, H, rope_out, stream_, -1, pdl);
       } else if (single_int4_matrix(w.qkv, &qkv_int4) &&
                  kernels::int4_qkv_rope_fuses(qkv_int4, T, rope_shape)) {
         kernels::launch_int4_qkv_rope_gemv(normed, qkv_int4, T, rope_out, stream_, pdl);
