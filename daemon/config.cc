@@ -38,6 +38,8 @@ std::vector<Setting> settings_of(DaemonConfig& c) {
       {"spec_max_batch", &e.spec_max_batch, "No speculation above this decode batch"},
       {"prefix_caching", &e.prefix_caching,
        "Share the KV pages of cached prompt prefixes (on|off)"},
+      {"async_decode", &e.async_decode,
+       "Launch a greedy decode batch's next step before reading its tokens (on|off)"},
       {"socket", &c.socket_path, "Unix socket path; empty = $RUNTIME_DIRECTORY/tandemd.sock"},
       {"max_connections", &c.max_connections, "Client connections at once"},
       {"max_frame_bytes", &c.max_frame_bytes, "Largest request frame accepted"},

@@ -55,6 +55,10 @@ inline void add_engine_flags(CLI::App* cmd, EngineFlags& f) {
          "--prefix-caching", [&f](const std::string& v) { f.options.prefix_caching = v == "on"; },
          "on|off: share the KV pages of cached prompt prefixes (default on)")
       ->check(CLI::IsMember({"on", "off"}));
+  cmd->add_option_function<std::string>(
+         "--async-decode", [&f](const std::string& v) { f.options.async_decode = v == "on"; },
+         "on|off: launch a greedy decode batch's next step before reading its tokens (default on)")
+      ->check(CLI::IsMember({"on", "off"}));
 }
 
 // --device overrides both stage devices.

@@ -25,22 +25,44 @@ StepBatch build_step_batch(std::span<const ScheduledSeq> scheduled, BlockTable S
   return b;
 }
 
-std::vector<int32_t> sample_step(ModelRunner& runner, const StepBatch& batch) {
+namespace {
+
+// Eos and stop ids, banned while fewer than min_tokens outputs exist.
+std::vector<int32_t> banned_before_min_tokens(const Sequence& seq, int32_t ahead) {
+  std::vector<int32_t> ids;
+  if (seq.output_len() + ahead < seq.params.min_tokens) {
+    ids = seq.params.eos_token_ids;
+    ids.insert(ids.end(), seq.params.stop_token_ids.begin(), seq.params.stop_token_ids.end());
+  }
+  return ids;
+}
+
+}  // namespace
+
+std::vector<SampleRequest> sample_requests(const StepBatch& batch, int32_t ahead,
+                                           std::vector<std::vector<int32_t>>& suppress) {
   const size_t n = batch.sampling.size();
-  std::vector<std::vector<int32_t>> suppress(n);
+  suppress.assign(n, {});
   std::vector<SampleRequest> requests(n);
   for (size_t i = 0; i < n; ++i) {
     Sequence& seq = *batch.sampling[i];
-    if (seq.output_len() < seq.params.min_tokens) {
-      suppress[i] = seq.params.eos_token_ids;
-      suppress[i].insert(suppress[i].end(), seq.params.stop_token_ids.begin(),
-                         seq.params.stop_token_ids.end());
-    }
+    suppress[i] = banned_before_min_tokens(seq, ahead);
     requests[i] = SampleRequest{int32_t(i), &seq.params, TokenHistory{seq.prompt(), seq.output()},
                                 suppress[i], &seq.rng};
   }
-  std::vector<int32_t> sampled(n);
-  if (n > 0) runner.sample(requests, sampled);
+  return requests;
+}
+
+bool samples_plain_greedy(const Sequence& seq, int32_t ahead) {
+  const std::vector<int32_t> banned = banned_before_min_tokens(seq, ahead);
+  return plain_greedy(SampleRequest{0, &seq.params, {}, banned, nullptr});
+}
+
+std::vector<int32_t> sample_step(ModelRunner& runner, const StepBatch& batch) {
+  std::vector<std::vector<int32_t>> suppress;
+  const std::vector<SampleRequest> requests = sample_requests(batch, 0, suppress);
+  std::vector<int32_t> sampled(requests.size());
+  if (!requests.empty()) runner.sample(requests, sampled);
   return sampled;
 }
 

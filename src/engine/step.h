@@ -33,6 +33,17 @@ StepBatch build_step_batch(std::span<const ScheduledSeq> scheduled, BlockTable S
 // banned until min_tokens outputs exist.
 std::vector<int32_t> sample_step(ModelRunner& runner, const StepBatch& batch);
 
+// The SampleRequests of sample_step, for sequences with `ahead` sampled tokens not yet in their
+// token lists (an asynchronous step's): their eos / stop ban counts those outputs too. The
+// requests point into `suppress` (filled here) and into each sequence.
+std::vector<SampleRequest> sample_requests(const StepBatch& batch, int32_t ahead,
+                                           std::vector<std::vector<int32_t>>& suppress);
+
+// Whether the sequence's next token, with `ahead` outputs not yet in its list, is a plain greedy
+// draw (runner.h plain_greedy: no penalty, no eos / stop ban left), as ModelRunner::sample_async
+// takes it.
+bool samples_plain_greedy(const Sequence& seq, int32_t ahead);
+
 // Adds a span for this step to every scheduled sequence's trace: prefill chunks on `prefill`,
 // decode tokens on `decode`. Call before commit_step (it reads what was pending). `device`: the
 // step's forward on the device (ModelRunner::last_forward_interval), which replaces the host's

@@ -1,9 +1,50 @@
 #include "runner/runner.h"
 
+#include <algorithm>
+
+#include "core/check.h"
 #include "model/model_dir.h"
 #include "tandem_build_config.h"
 
 namespace tandem {
+
+bool plain_greedy(const SampleRequest& r) {
+  const ResolvedSampling& p = *r.params;
+  return p.greedy() && p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f &&
+         p.frequency_penalty == 0.0f && r.suppress.empty();
+}
+
+void ModelRunner::sample_async(std::span<const SampleRequest> requests) {
+  TANDEM_CHECK(async_ids_.size() < kMaxAsyncSamples, "%zu samples outstanding", async_ids_.size());
+  for (const SampleRequest& r : requests) TANDEM_CHECK(r.params != nullptr && plain_greedy(r));
+  std::vector<int32_t> ids(requests.size());
+  sample(requests, ids);
+  last_async_ids_ = ids;
+  async_ids_.push_back(std::move(ids));
+}
+
+void ModelRunner::sample_wait(std::span<int32_t> out_tokens) {
+  TANDEM_CHECK(!async_ids_.empty(), "sample_wait() without sample_async()");
+  const std::vector<int32_t>& ids = async_ids_.front();
+  TANDEM_CHECK(out_tokens.size() >= ids.size());
+  std::copy(ids.begin(), ids.end(), out_tokens.begin());
+  async_ids_.pop_front();
+}
+
+std::vector<int32_t> ModelRunner::fed_tokens(const ForwardBatch& batch) const {
+  std::vector<int32_t> tokens(batch.tokens.begin(), batch.tokens.end());
+  if (batch.fed.empty()) return tokens;
+  TANDEM_CHECK(batch.fed.size() == tokens.size(), "%zu fed entries for %zu tokens",
+               batch.fed.size(), tokens.size());
+  for (size_t t = 0; t < tokens.size(); ++t) {
+    const int32_t j = batch.fed[t];
+    if (j < 0) continue;
+    TANDEM_CHECK(size_t(j) < last_async_ids_.size(), "token %zu fed from request %d of %zu", t, j,
+                 last_async_ids_.size());
+    tokens[t] = last_async_ids_[size_t(j)];
+  }
+  return tokens;
+}
 
 bool is_device_name(const std::string& device, const std::string& kind) {
   if (device == kind) return true;

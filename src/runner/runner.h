@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <limits>
 #include <memory>
 #include <span>
@@ -41,6 +42,11 @@ struct ForwardBatch {
   std::span<const int32_t> tokens;      // [num_tokens] ids, sequences back to back
   std::span<const SeqSlice> seqs;       // [num_seqs]
   std::span<const int32_t> logit_rows;  // [num_logits] rows of `tokens` whose logits are wanted
+  // Empty, or [num_tokens]: fed[t] >= 0 takes token t from the last sample_async(), the id it
+  // drew for its request fed[t] (tokens[t] is then ignored). An engine that launches a decode
+  // step before it has read the previous step's tokens feeds them this way, without a round
+  // trip through the host.
+  std::span<const int32_t> fed;
 };
 
 // One row of logits to sample, after forward(): which row, with what settings.
@@ -126,6 +132,16 @@ class ModelRunner {
   virtual int32_t decode_rows_limit() const { return std::numeric_limits<int32_t>::max(); }
   // Samples one token per request from the last forward's logits.
   virtual void sample(std::span<const SampleRequest> requests, std::span<int32_t> out_tokens) = 0;
+  // sample() in two halves, for an engine that overlaps a step's host work with the next step:
+  // sample_async() starts it for plain greedy requests (plain_greedy()) and returns; the next
+  // forward may feed its ids (ForwardBatch::fed); sample_wait() gives the oldest outstanding
+  // call's ids. At most kMaxAsyncSamples calls are outstanding, and sample() and the other
+  // readers of the last forward are not called while any is. This default samples at once and
+  // keeps the ids (the CPU runner computes synchronously anyway); the CUDA runner returns before
+  // the device has run the step.
+  static constexpr size_t kMaxAsyncSamples = 2;
+  virtual void sample_async(std::span<const SampleRequest> requests);
+  virtual void sample_wait(std::span<int32_t> out_tokens);
   // fp32 logits of the last forward: [num_logits, config().vocab_size], for tests and golden
   // comparisons (the engine never copies logits: it takes ids from sample() and keeps
   // probability rows in the runner through probs_into()); the CUDA runner copies them to the
@@ -161,7 +177,19 @@ class ModelRunner {
   // The KV storage behind the page ids, for transports between stages. Pages are laid out so
   // that one page of one layer's K (and V) is page_bytes contiguous bytes.
   virtual KvPoolView kv_pool_view() = 0;
+
+ protected:
+  // For a runner that resolves ForwardBatch::fed on the host: the batch's tokens with the fed
+  // ones taken from the last sample_async() of the default pair above.
+  std::vector<int32_t> fed_tokens(const ForwardBatch& batch) const;
+
+ private:
+  std::deque<std::vector<int32_t>> async_ids_;  // the default pair's outstanding ids, oldest first
+  std::vector<int32_t> last_async_ids_;         // the last sample_async()'s, for fed tokens
 };
+
+// Greedy with no penalty and nothing suppressed: what sample_async() takes (an argmax).
+bool plain_greedy(const SampleRequest& request);
 
 // device == kind, or kind + ":N" with N decimal digits ("cpu", "cpu:1", "cuda:0").
 bool is_device_name(const std::string& device, const std::string& kind);

@@ -122,6 +122,9 @@ std::string render_prometheus(EngineMetrics& m, const GaugeValues& g) {
           "Decode steps the speculation gate ran without drafts (probes of plain decoding, or "
           "speculating measured slower per token).",
           m.spec_gated_steps);
+  counter(out, "tandem:async_decode_steps_total",
+          "Decode steps launched before the previous step's tokens were read (--async-decode).",
+          m.async_decode_steps);
   counter(out, "tandem:prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.",
           m.prefix_cache_queries);
   counter(out, "tandem:prefix_cache_hits_total", "Prompt tokens found in the prefix cache.",

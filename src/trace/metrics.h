@@ -45,6 +45,7 @@ struct EngineMetrics {
   std::atomic<uint64_t> spec_draft_tokens{0};
   std::atomic<uint64_t> spec_accepted_tokens{0};
   std::atomic<uint64_t> spec_gated_steps{0};      // decode steps the speculation gate ran plainly
+  std::atomic<uint64_t> async_decode_steps{0};    // decode steps launched before the last was read
   std::atomic<uint64_t> prefix_cache_queries{0};  // tokens of admitted prompts looked up
   std::atomic<uint64_t> prefix_cache_hits{0};     // of which found in the cache
   std::mutex finished_mu;

@@ -122,6 +122,14 @@ void CpuRunner::check_batch(const ForwardBatch& batch) const {
 }
 
 void CpuRunner::forward(const ForwardBatch& batch) {
+  if (!batch.fed.empty()) {  // the fed ids are on the host already
+    const std::vector<int32_t> tokens = fed_tokens(batch);
+    ForwardBatch resolved = batch;
+    resolved.tokens = tokens;
+    resolved.fed = {};
+    forward(resolved);
+    return;
+  }
   check_batch(batch);
   const ModelConfig& c = config_;
   const int64_t n = int64_t(batch.tokens.size());

@@ -199,6 +199,11 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig& config
   r->argmax_scratch_ = DeviceBuffer(kernels::argmax_scratch_bytes(int32_t(config.vocab_size)));
   TANDEM_CUDA_CHECK(cudaMemset(r->argmax_scratch_.ptr(), 0, r->argmax_scratch_.bytes()));
   r->greedy_ids_ = PinnedBuffer(size_t(L * 4), /*mapped=*/true);
+  r->async_ids_dev_ = DeviceBuffer(size_t(L * 4));
+  for (int i = 0; i < 2; ++i) {
+    r->async_ids_host_[i] = PinnedBuffer(size_t(L * 4));
+    TANDEM_CUDA_CHECK(cudaEventCreateWithFlags(&r->async_copied_[i], cudaEventDisableTiming));
+  }
   r->sampler_ = DeviceSampler(config.vocab_size, int32_t(L));
   TANDEM_TRY(r->make_linear_scratch());
   // Every GEMM shape's algorithm search, for every row bucket, before the first request.
@@ -265,6 +270,7 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig& config
   section(r->off_tile_start_, r->max_tiles_);
   section(r->off_tile_len_, r->max_tiles_);
   section(r->off_seq_page_start_, r->max_seqs_);
+  section(r->off_fed_, r->max_tokens_);
   section(r->off_page_ids_, r->max_page_refs_);
   r->meta_host_ = PinnedBuffer(size_t(off) * 4);
   r->meta_dev_ = DeviceBuffer(size_t(off) * 4);
@@ -340,6 +346,9 @@ CudaRunner::~CudaRunner() {
     cudaStreamDestroy(stream_);
   }
   if (meta_copied_ != nullptr) cudaEventDestroy(meta_copied_);
+  for (cudaEvent_t e : async_copied_) {
+    if (e != nullptr) cudaEventDestroy(e);
+  }
 }
 
 void CudaRunner::forward(const ForwardBatch& batch) {
@@ -381,10 +390,17 @@ void CudaRunner::forward(const ForwardBatch& batch) {
       m[off_token_seq_ + t] = s;
     }
   }
+  TANDEM_CHECK(batch.fed.empty() || int32_t(batch.fed.size()) == T, "%zu fed entries for %d tokens",
+               batch.fed.size(), T);
   for (int32_t t = 0; t < T; ++t) {
-    const int32_t id = batch.tokens[size_t(t)];
+    const int32_t fed = batch.fed.empty() ? -1 : batch.fed[size_t(t)];
+    // A fed id comes from the last sample_async() on the device (argmax: within the vocabulary).
+    TANDEM_CHECK(fed < last_async_rows_, "token %d fed from request %d of %d", t, fed,
+                 last_async_rows_);
+    const int32_t id = fed >= 0 ? 0 : batch.tokens[size_t(t)];
     TANDEM_CHECK(id >= 0 && id < config_.vocab_size, "token id %d out of range", id);
     m[off_tokens_ + t] = id;
+    m[off_fed_ + t] = fed;
   }
   logits_in_place_ = L == T;
   for (int32_t i = 0; i < L; ++i) {
@@ -486,7 +502,8 @@ void CudaRunner::run_model(int32_t T, int32_t L) {
   float* residual = residual_.as<float>();
 
   kernels::launch_gather_rows_to_f32(weights_.embed.as<__nv_bfloat16>(), meta + off_tokens_, T, H,
-                                     residual, stream_);
+                                     residual, stream_, meta + off_fed_,
+                                     async_ids_dev_.as<int32_t>());
   // Single-token decode of a small model through bf16 weights: each RMSNorm folds into the GEMV
   // that reads it and each residual add into the GEMV that feeds it (5 launches a layer, not 7).
   const bool fold = folds_norms(T);
@@ -747,6 +764,8 @@ bool CudaRunner::folds_norms(int32_t T) const {
 
 void CudaRunner::sample(std::span<const SampleRequest> requests, std::span<int32_t> out_tokens) {
   TANDEM_CUDA_CHECK(cudaSetDevice(device_));
+  TANDEM_CHECK(async_pending_.empty(), "sample() with %zu sample_async() calls outstanding",
+               async_pending_.size());
   TANDEM_CHECK(out_tokens.size() >= requests.size());
   const int64_t V = config_.vocab_size;
   const int32_t valid = std::min<int32_t>(valid_vocab_, int32_t(V));
@@ -779,6 +798,44 @@ void CudaRunner::sample(std::span<const SampleRequest> requests, std::span<int32
   if (device_timing_ && trace_now_ns() - anchor_->host_ns > kAnchorRefreshNs) {
     anchor_ = make_clock_anchor(stream_);
   }
+}
+
+void CudaRunner::sample_async(std::span<const SampleRequest> requests) {
+  TANDEM_CUDA_CHECK(cudaSetDevice(device_));
+  TANDEM_CHECK(async_pending_.size() < kMaxAsyncSamples, "%zu samples outstanding",
+               async_pending_.size());
+  const int32_t n = int32_t(requests.size());
+  std::vector<int32_t> rows(requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const SampleRequest& r = requests[i];
+    TANDEM_CHECK(
+        r.logit_index >= 0 && r.logit_index < num_logits_ && r.params != nullptr && plain_greedy(r),
+        "sample_async: request %zu is not a plain greedy row of the last forward", i);
+    rows[i] = r.logit_index;
+  }
+  const int32_t valid = std::min<int32_t>(valid_vocab_, int32_t(config_.vocab_size));
+  kernels::launch_argmax_rows(logits_.as<float>(), rows.data(), n, int32_t(config_.vocab_size),
+                              valid, argmax_scratch_.ptr(), argmax_scratch_.bytes(),
+                              async_ids_dev_.as<int32_t>(), stream_);
+  const int32_t buf = async_next_;
+  async_next_ ^= 1;
+  if (n > 0) {
+    TANDEM_CUDA_CHECK(cudaMemcpyAsync(async_ids_host_[buf].as<void>(), async_ids_dev_.ptr(),
+                                      size_t(n) * 4, cudaMemcpyDeviceToHost, stream_));
+  }
+  TANDEM_CUDA_CHECK(cudaEventRecord(async_copied_[buf], stream_));
+  async_pending_.emplace_back(buf, n);
+  last_async_rows_ = n;
+}
+
+void CudaRunner::sample_wait(std::span<int32_t> out_tokens) {
+  TANDEM_CHECK(!async_pending_.empty(), "sample_wait() without sample_async()");
+  const auto [buf, n] = async_pending_.front();
+  TANDEM_CHECK(out_tokens.size() >= size_t(n));
+  TANDEM_CUDA_CHECK(cudaEventSynchronize(async_copied_[buf]));
+  const int32_t* ids = async_ids_host_[buf].as<int32_t>();
+  std::copy(ids, ids + n, out_tokens.begin());
+  async_pending_.pop_front();
 }
 
 void CudaRunner::probs(std::span<const SampleRequest> requests, int32_t width, std::span<float> out,

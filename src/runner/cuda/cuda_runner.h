@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include <atomic>
+#include <deque>
 #include <limits>
 #include <map>
 #include <memory>
@@ -54,6 +55,10 @@ class CudaRunner final : public ModelRunner {
   }
   int32_t decode_rows_limit() const override { return decode_rows_limit_; }
   void sample(std::span<const SampleRequest> requests, std::span<int32_t> out_tokens) override;
+  // The argmax into a device buffer (what the next forward's fed tokens read) and copied back
+  // behind it; sample_wait() waits for that copy alone.
+  void sample_async(std::span<const SampleRequest> requests) override;
+  void sample_wait(std::span<int32_t> out_tokens) override;
   void copy_logits(std::span<float> out) override;
   void probs(std::span<const SampleRequest> requests, int32_t width, std::span<float> out,
              std::span<int32_t> draws) override;
@@ -150,13 +155,14 @@ class CudaRunner final : public ModelRunner {
 
   // Metadata, int32 sections at fixed offsets (so graphs see fixed pointers):
   // tokens, positions, slots, token_seq [max_tokens each]; logit_rows [max_logits];
-  // tile_start, tile_len [max_tiles]; seq_page_start [max_seqs]; page_ids [max_page_refs]
-  // (last, so one copy of a prefix carries a batch).
+  // tile_start, tile_len [max_tiles]; seq_page_start [max_seqs]; fed [max_tokens] (-1, or the
+  // request of the last sample_async() whose id token t takes); page_ids [max_page_refs] (last,
+  // so one copy of a prefix carries a batch).
   PinnedBuffer meta_host_;
   cudaEvent_t meta_copied_ = nullptr;  // recorded after meta_host_ -> meta_dev_ on stream_
   DeviceBuffer meta_dev_;
   int32_t off_tokens_ = 0, off_positions_ = 0, off_slots_ = 0, off_token_seq_ = 0;
-  int32_t off_logit_rows_ = 0, off_seq_page_start_ = 0, off_page_ids_ = 0;
+  int32_t off_logit_rows_ = 0, off_seq_page_start_ = 0, off_fed_ = 0, off_page_ids_ = 0;
   // Prefill query tiles (launch_prefill_attention): start token and length of each.
   int32_t off_tile_start_ = 0, off_tile_len_ = 0, max_tiles_ = 0;
   int32_t num_tiles_ = 0;      // of the current forward; 0 = decode kernel
@@ -181,6 +187,14 @@ class CudaRunner final : public ModelRunner {
   DeviceBuffer attn_partials_;   // [kDecodeSplitRows, H, D + 2] fp32: split-K decode states
   DeviceBuffer argmax_scratch_;  // kernels::argmax_scratch_bytes(vocab)
   PinnedBuffer greedy_ids_;      // [max_logits] int32, mapped: the argmax kernel's output
+  // sample_async(): the last call's ids on the device (what fed tokens read), and each
+  // outstanding call's copy on the host, in two alternating buffers: (buffer, ids) oldest first.
+  DeviceBuffer async_ids_dev_;                        // [max_logits] int32
+  PinnedBuffer async_ids_host_[2];                    // [max_logits] int32 each
+  cudaEvent_t async_copied_[2] = {nullptr, nullptr};  // after each buffer's copy
+  std::deque<std::pair<int32_t, int32_t>> async_pending_;
+  int32_t async_next_ = 0;
+  int32_t last_async_rows_ = 0;  // ids in async_ids_dev_
   DeviceSampler sampler_;        // every row that is not plain greedy
   bool device_timing_ = false;   // events around each forward, for trace spans
   std::shared_ptr<const ClockAnchor> anchor_;

@@ -1,0 +1,180 @@
+// --async-decode on the CPU: a greedy decode batch launches its next step (its tokens fed from
+// the runner's last sample_async) before it reads this step's tokens. Nothing a client sees may
+// change: tokens, text and finish reasons equal synchronous decoding's through finishes by
+// length, stop ids and stop strings that land while a step is in flight, requests that arrive,
+// sampled requests that turn it off, min_tokens bans, cancels; and every page comes back.
+#include <doctest/doctest.h>
+
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "engine/local_engine.h"
+#include "engine_test_util.h"
+#include "model/model_dir.h"
+#include "tokenizer/tokenizer.h"
+
+using namespace tandem;
+
+namespace {
+
+using testing::check_pages_free;
+using testing::Collector;
+using testing::prompt_of;
+
+// Greedy with no penalty: the model's generation_config.json (Qwen's) asks for a repetition
+// penalty of 1.05, which a request that sets none inherits, and penalties keep decode synchronous.
+GenerateInput greedy(std::vector<int32_t> prompt, int max_tokens) {
+  GenerateInput in = testing::greedy(std::move(prompt), max_tokens);
+  in.sampling.repetition_penalty = 1.0f;
+  return in;
+}
+
+const std::string& tiny_model() {
+  static const std::string dir =
+      testing::make_tiny_model("tandem-async-decode-test-tiny-qwen", "tiny-qwen", 5);
+  return dir;
+}
+
+std::unique_ptr<LocalEngine> make_local(bool async_decode) {
+  EngineOptions o;
+  o.model_dir = tiny_model();
+  o.kv_pages = 256;
+  o.page_size = 4;  // the next token's page is often a new one
+  o.async_decode = async_decode;
+  auto model = load_model_dir(o.model_dir);
+  REQUIRE_MESSAGE(model.ok(), model.error().to_string());
+  auto tokenizer = Tokenizer::load(o.model_dir);
+  REQUIRE(tokenizer.ok());
+  RunnerOptions ro;
+  ro.page_size = o.page_size;
+  ro.num_pages = o.kv_pages;
+  ro.threads = 1;
+  auto runner = make_runner(*model, ro);
+  REQUIRE(runner.ok());
+  return std::make_unique<LocalEngine>(o, std::move(model).value(), std::move(tokenizer).value(),
+                                       std::nullopt, std::move(runner).value(), std::nullopt);
+}
+
+uint64_t metric(const Engine& e, const std::string& name) {
+  std::istringstream in(e.metrics_text());
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(name + " ", 0) == 0) return std::stoull(line.substr(name.size() + 1));
+  }
+  FAIL("no metric " << name);
+  return 0;
+}
+
+struct Outcome {
+  std::vector<int32_t> ids;
+  std::string text;
+  FinishReason reason = FinishReason::kError;
+};
+
+// Group A from the start; group B after `late_after` steps, while A decodes.
+std::map<uint64_t, Outcome> run(LocalEngine& engine, const std::map<uint64_t, GenerateInput>& a,
+                                const std::map<uint64_t, GenerateInput>& b, int late_after) {
+  Collector col;
+  for (const auto& [id, in] : a) REQUIRE(engine.submit(id, in, &col).ok());
+  for (int i = 0; i < late_after; ++i) engine.step();
+  for (const auto& [id, in] : b) REQUIRE(engine.submit(id, in, &col).ok());
+  engine.run_until_idle();
+  std::map<uint64_t, Outcome> out;
+  for (auto& [id, r] : col.results) {
+    REQUIRE_MESSAGE(r.finish, "request ", id, " never finished");
+    out[id] = Outcome{r.ids, r.text, r.finish->reason};
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("async decode: the same tokens, text and finishes as synchronous decode") {
+  // The reference run picks stop ids and strings out of its own output, so they land mid-decode.
+  auto sync = make_local(false);
+  std::map<uint64_t, GenerateInput> a, b;
+  for (uint64_t i = 0; i < 4; ++i) a[i] = greedy(prompt_of(9 + 5 * int(i), int(i)), 6 + 7 * int(i));
+  a[4] = greedy(prompt_of(3, 4), 1);  // finishes with its first token
+  a[5] = greedy(prompt_of(12, 5), 2);
+  const auto base = run(*sync, a, {}, 0);
+  // A stop id that appears at output 5 of request 3, a stop string out of request 2's text.
+  a[6] = greedy(prompt_of(24, 3), 40);
+  a[6].sampling.stop_token_ids = {base.at(3).ids.at(5)};
+  a[7] = greedy(prompt_of(19, 2), 40);
+  const std::string& t2 = base.at(2).text;
+  REQUIRE(t2.size() > 8);
+  a[7].sampling.stop = {t2.substr(t2.size() / 2, 3)};
+  // An eos ban (min_tokens) keeps the request off the async path until it lifts.
+  a[8] = greedy(prompt_of(14, 8), 12);
+  a[8].sampling.ignore_eos = false;
+  a[8].sampling.min_tokens = 5;
+  // Late arrivals: another greedy one, a seeded sampled one and one with the model's repetition
+  // penalty, each of the last two turning async off while it runs.
+  b[20] = greedy(prompt_of(30, 20), 15);
+  b[21] = greedy(prompt_of(8, 21), 9);
+  b[21].sampling.temperature = 0.8f;
+  b[21].sampling.seed = 7;
+  b[22] = testing::greedy(prompt_of(11, 22), 7);
+
+  std::map<bool, std::map<uint64_t, Outcome>> got;
+  for (bool on : {false, true}) {
+    CAPTURE(on);
+    auto engine = make_local(on);
+    got[on] = run(*engine, a, b, 12);
+    check_pages_free(*engine);
+    const uint64_t async_steps = metric(*engine, "tandem:async_decode_steps_total");
+    if (on) {
+      CHECK(async_steps > 5);  // 11 here: the sampled and penalised requests pause it
+    } else {
+      CHECK(async_steps == 0);
+    }
+  }
+  REQUIRE(got[true].size() == a.size() + b.size());
+  for (const auto& [id, want] : got[false]) {
+    CAPTURE(id);
+    const Outcome& have = got[true].at(id);
+    CHECK(have.ids == want.ids);
+    CHECK(have.text == want.text);
+    CHECK(have.reason == want.reason);
+  }
+  // Not vacuous: the stop id and the stop string did stop their requests early.
+  CHECK(got[true].at(6).reason == FinishReason::kStop);
+  CHECK(got[true].at(6).ids.size() < 40);
+  CHECK(got[true].at(7).reason == FinishReason::kStop);
+  CHECK(got[true].at(4).ids.size() == 1);
+  for (uint64_t i = 0; i < 4; ++i) CHECK(got[true].at(i).ids == base.at(i).ids);
+}
+
+TEST_CASE("async decode: cancels that land while a step is in flight free every page") {
+  auto engine = make_local(true);
+  engine->start();
+  Collector col;
+  for (uint64_t i = 0; i < 6; ++i) {
+    REQUIRE(engine->submit(i, greedy(prompt_of(10 + int(i), int(i)), 300), &col).ok());
+  }
+  // Cancel half of them once each has some tokens out, the others run to their length.
+  for (uint64_t i = 0; i < 6; i += 2) {
+    for (int spin = 0; spin < 20000; ++spin) {
+      {
+        std::lock_guard lock(col.mu);
+        if (col.results[i].ids.size() >= 3 + i) break;
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    engine->cancel(i);
+  }
+  REQUIRE(testing::wait_finished(*engine, col, 6, std::chrono::seconds(60)));
+  engine->stop(/*drain_ms=*/0);
+  for (uint64_t i = 0; i < 6; ++i) {
+    CAPTURE(i);
+    REQUIRE(col.results[i].finish);
+    CHECK(col.results[i].finish->reason ==
+          (i % 2 == 0 ? FinishReason::kAbort : FinishReason::kLength));
+    if (i % 2 == 1) CHECK(col.results[i].ids.size() == 300);
+  }
+  check_pages_free(*engine);
+  CHECK(metric(*engine, "tandem:async_decode_steps_total") > 0);
+}
