@@ -22,6 +22,7 @@ namespace {
 
 using testing::check_pages_free;
 using testing::Collector;
+using testing::metric;
 using testing::prompt_of;
 
 // Greedy with no penalty: the model's generation_config.json (Qwen's) asks for a repetition
@@ -56,16 +57,6 @@ std::unique_ptr<LocalEngine> make_local(bool async_decode) {
   REQUIRE(runner.ok());
   return std::make_unique<LocalEngine>(o, std::move(model).value(), std::move(tokenizer).value(),
                                        std::nullopt, std::move(runner).value(), std::nullopt);
-}
-
-uint64_t metric(const Engine& e, const std::string& name) {
-  std::istringstream in(e.metrics_text());
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(name + " ", 0) == 0) return std::stoull(line.substr(name.size() + 1));
-  }
-  FAIL("no metric " << name);
-  return 0;
 }
 
 struct Outcome {

@@ -11,6 +11,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <utility>
@@ -85,6 +86,17 @@ inline std::unique_ptr<Engine> make_engine(EngineOptions o) {
   auto e = Engine::create(o);
   REQUIRE_MESSAGE(e.ok(), e.error().to_string());
   return std::move(e).value();
+}
+
+// A counter of the engine's Prometheus text.
+inline uint64_t metric(const Engine& e, const std::string& name) {
+  std::istringstream in(e.metrics_text());
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(name + " ", 0) == 0) return std::stoull(line.substr(name.size() + 1));
+  }
+  FAIL("no metric " << name);
+  return 0;
 }
 
 inline void check_pages_free(const Engine& e) {

@@ -25,6 +25,8 @@ using namespace tandem;
 
 namespace {
 
+using testing::metric;
+
 const std::string& tiny_model() {
   static const std::string dir =
       testing::make_tiny_model("tandem-prefix-test-tiny-qwen", "tiny-qwen", 5);
@@ -134,17 +136,6 @@ GenerateInput greedy(std::vector<int32_t> prompt, int max_tokens) {
   in.sampling.max_tokens = max_tokens;
   in.sampling.ignore_eos = true;
   return in;
-}
-
-// A counter of the engine's Prometheus text.
-uint64_t metric(const Engine& e, const std::string& name) {
-  std::istringstream in(e.metrics_text());
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(name + " ", 0) == 0) return std::stoull(line.substr(name.size() + 1));
-  }
-  FAIL("no metric " << name);
-  return 0;
 }
 
 void check_no_page_referenced(const Engine& e) {
