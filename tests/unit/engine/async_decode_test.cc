@@ -13,8 +13,6 @@
 #include "engine/engine.h"
 #include "engine/local_engine.h"
 #include "engine_test_util.h"
-#include "model/model_dir.h"
-#include "tokenizer/tokenizer.h"
 
 using namespace tandem;
 
@@ -45,18 +43,9 @@ std::unique_ptr<LocalEngine> make_local(bool async_decode) {
   o.kv_pages = 256;
   o.page_size = 4;  // the next token's page is often a new one
   o.async_decode = async_decode;
-  auto model = load_model_dir(o.model_dir);
-  REQUIRE_MESSAGE(model.ok(), model.error().to_string());
-  auto tokenizer = Tokenizer::load(o.model_dir);
-  REQUIRE(tokenizer.ok());
-  RunnerOptions ro;
-  ro.page_size = o.page_size;
-  ro.num_pages = o.kv_pages;
-  ro.threads = 1;
-  auto runner = make_runner(*model, ro);
-  REQUIRE(runner.ok());
-  return std::make_unique<LocalEngine>(o, std::move(model).value(), std::move(tokenizer).value(),
-                                       std::nullopt, std::move(runner).value(), std::nullopt);
+  std::unique_ptr<Engine> engine = testing::make_engine(o);  // one CPU device: a LocalEngine
+  REQUIRE(dynamic_cast<LocalEngine*>(engine.get()) != nullptr);
+  return std::unique_ptr<LocalEngine>(static_cast<LocalEngine*>(engine.release()));
 }
 
 struct Outcome {
