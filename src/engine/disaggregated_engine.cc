@@ -73,6 +73,31 @@ DisaggregatedEngine::DisaggregatedEngine(
   // The decode stage takes only sequences whose KV arrived; a sequence it just preempted
   // (num_computed == 0) is on its way back to the prefill stage.
   decode_scheduler_.admit = [](Sequence& seq) { return seq.num_computed > 0; };
+  if (options.async_decode) {
+    AsyncDecode::Hooks hooks;
+    hooks.live = [this](uint64_t id, int64_t arrival) -> Sequence* {
+      std::lock_guard lock(mu_);
+      auto it = seqs_.find(id);
+      return it != seqs_.end() && it->second->arrival_order == arrival ? it->second.get()
+                                                                       : nullptr;
+    };
+    hooks.reserve = [this](Sequence& seq, int64_t tokens) {
+      std::lock_guard lock(pool_mu_);
+      return seq.pages.reserve(decode_pool_, tokens, page_size_);
+    };
+    hooks.committed = [this](std::span<const ScheduledSeq> done) {
+      if (!prefix_cache_) return;
+      std::lock_guard lock(pool_mu_);
+      for (const ScheduledSeq& s : done) {
+        prefix_cache_->commit(*s.seq, s.seq->pages, decode_pool_, s.seq->num_computed);
+      }
+    };
+    hooks.finish = [this](Sequence& seq, FinishReason reason) {
+      finish(&seq, reason, std::nullopt, /*on_prefill=*/false);
+    };
+    async_ = std::make_unique<AsyncDecode>(*decode_runner_, std::move(hooks),
+                                           telemetry_.metrics.async_decode_steps);
+  }
 }
 
 DisaggregatedEngine::~DisaggregatedEngine() {
@@ -463,8 +488,28 @@ void DisaggregatedEngine::decode_take_handoff() {
   }
 }
 
+bool DisaggregatedEngine::decode_inbox_empty() const {
+  std::lock_guard lock(mu_);
+  return decode_inbox_.empty() && cancels_.empty();
+}
+
+void DisaggregatedEngine::publish_decode_counts() {
+  decoding_count_.store(int32_t(decoding_.size()));
+  decode_waiting_count_.store(int32_t(decode_waiting_.size()));
+  std::lock_guard lock(pool_mu_);
+  decode_used_.store(decode_pool_.used_pages());
+  decode_cached_.store(decode_pool_.cached_pages());
+  if (draft_) decode_draft_used_.store(draft_->pool->used_pages());
+}
+
 bool DisaggregatedEngine::decode_step() {
   decode_take_handoff();
+  if (async_ && async_->in_flight()) {
+    // Handoffs and cancels are scheduled first: the step after this one waits for them.
+    async_->advance(decode_waiting_.empty() && decode_inbox_empty());
+    publish_decode_counts();
+    return true;
+  }
   SchedulePlan plan;
   {
     std::lock_guard lock(pool_mu_);
@@ -501,7 +546,10 @@ bool DisaggregatedEngine::decode_step() {
     speculating.clear();
   }
   if (!speculating.empty()) run_speculative(speculating);
-  if (!plain.empty()) {
+  if (async_ && speculating.empty() && plan.preempted.empty() && decode_waiting_.empty() &&
+      AsyncDecode::eligible(plain, decoding_.size(), spec_ != nullptr) && decode_inbox_empty()) {
+    async_->launch(std::move(plain));
+  } else if (!plain.empty()) {
     const int64_t t0 = trace_now_ns();
     StepBatch batch = build_step_batch(plain, &Sequence::pages, Clock::now());
     decode_runner_->forward(batch.view());
@@ -523,14 +571,7 @@ bool DisaggregatedEngine::decode_step() {
       }
     }
   }
-  decoding_count_.store(int32_t(decoding_.size()));
-  decode_waiting_count_.store(int32_t(decode_waiting_.size()));
-  {
-    std::lock_guard lock(pool_mu_);
-    decode_used_.store(decode_pool_.used_pages());
-    decode_cached_.store(decode_pool_.cached_pages());
-    if (draft_) decode_draft_used_.store(draft_->pool->used_pages());
-  }
+  publish_decode_counts();
   return did;
 }
 

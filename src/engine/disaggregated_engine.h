@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "chat/chat_template.h"
+#include "engine/async_decode.h"
 #include "engine/engine.h"
 #include "engine/prefix_cache.h"
 #include "engine/scheduler.h"
@@ -97,6 +98,9 @@ class DisaggregatedEngine final : public Engine {
   void poll_shipping();
   void drop_shipping(Sequence* seq);
   void decode_take_handoff();
+  // Whether no handoff or cancel waits for the decode stage (its async step continues then).
+  bool decode_inbox_empty() const;
+  void publish_decode_counts();
   // The handshake: the pages a prompt's KV lands in (decode target + draft pools) and the
   // prefill stage's draft pages, all or nothing. Prefill thread only.
   bool reserve_handoff_pages(Sequence& seq);
@@ -146,6 +150,7 @@ class DisaggregatedEngine final : public Engine {
   Scheduler decode_scheduler_;
   std::deque<Sequence*> decode_waiting_;
   std::vector<Sequence*> decoding_;
+  std::unique_ptr<AsyncDecode> async_;  // with --async-decode
 
   // Shared: inboxes of both stages, cancels, the request table.
   mutable std::mutex mu_;

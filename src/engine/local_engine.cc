@@ -36,6 +36,24 @@ LocalEngine::LocalEngine(const EngineOptions& options, ModelDir model, Tokenizer
                                           valid_vocab_);
   }
   runner_->set_valid_vocab(valid_vocab_);
+  if (options.async_decode) {
+    AsyncDecode::Hooks hooks;
+    hooks.live = [this](uint64_t id, int64_t arrival) { return live(id, arrival); };
+    hooks.reserve = [this](Sequence& seq, int64_t tokens) {
+      return seq.pages.reserve(pool_, tokens, runner_->page_size());
+    };
+    hooks.committed = [this](std::span<const ScheduledSeq> done) {
+      if (!prefix_cache_) return;
+      for (const ScheduledSeq& s : done) {
+        prefix_cache_->commit(*s.seq, s.seq->pages, pool_, s.seq->num_computed);
+      }
+    };
+    hooks.finish = [this](Sequence& seq, FinishReason reason) {
+      finish(&seq, reason, std::nullopt);
+    };
+    async_ = std::make_unique<AsyncDecode>(*runner_, std::move(hooks),
+                                           telemetry_.metrics.async_decode_steps);
+  }
   // The draft's pool has no prefix cache: it catches up lazily over every token (SpecDecoder).
   if (options.prefix_caching) {
     prefix_cache_.emplace(PrefixHasher::with_random_key(kv_identity(model_)), runner_->page_size());
@@ -157,11 +175,9 @@ void LocalEngine::publish_counts() {
 
 bool LocalEngine::step() {
   take_inbox();
-  if (inflight_) {
-    // The next step goes to the device before this one's tokens are read (both on one stream).
-    std::optional<InflightStep> next = launch_next(*inflight_);
-    complete(*inflight_);
-    inflight_ = std::move(next);
+  if (async_ && async_->in_flight()) {
+    // Arrivals and cancels are scheduled first: the step after this one waits for them.
+    async_->advance(waiting_.empty() && nothing_arrived());
     publish_counts();
     return true;
   }
@@ -195,7 +211,7 @@ bool LocalEngine::step() {
     speculating.clear();
   }
   if (speculating.empty() && async_eligible(plain, plan)) {
-    inflight_ = launch_async(std::move(plain), {}, 0);
+    async_->launch(std::move(plain));
     publish_counts();
     return true;
   }
@@ -231,106 +247,15 @@ Sequence* LocalEngine::live(uint64_t id, int64_t arrival) const {
   return it != seqs_.end() && it->second->arrival_order == arrival ? it->second.get() : nullptr;
 }
 
-bool LocalEngine::async_eligible(std::span<const ScheduledSeq> plain,
-                                 const SchedulePlan& plan) const {
-  if (!options_.async_decode || plain.empty() || !plan.preempted.empty() || !waiting_.empty() ||
-      plain.size() != running_.size()) {
-    return false;
-  }
-  for (const ScheduledSeq& s : plain) {
-    const Sequence& seq = *s.seq;
-    if (s.num_tokens != 1 || seq.in_prefill() || seq.pending() != 1 || seq.output_len() == 0 ||
-        (spec_ && seq.speculative) || !samples_plain_greedy(seq, 0)) {
-      return false;
-    }
-  }
+bool LocalEngine::nothing_arrived() const {
   std::lock_guard lock(mu_);
   return inbox_.empty() && cancels_.empty();
 }
 
-LocalEngine::InflightStep LocalEngine::launch_async(std::vector<ScheduledSeq> scheduled,
-                                                    std::span<const int32_t> fed, int32_t ahead) {
-  InflightStep step;
-  step.start_ns = trace_now_ns();
-  // `ahead` tokens of each sequence are still on the device (0 or 1): its query sits at
-  // num_computed + ahead, and its token (fed) is not in seq.tokens yet.
-  StepBatch batch;
-  for (const ScheduledSeq& s : scheduled) {
-    Sequence& seq = *s.seq;
-    SeqSlice slice;
-    slice.q_start = int32_t(batch.tokens.size());
-    slice.q_len = 1;
-    slice.context_len = int32_t(seq.num_computed + ahead + 1);
-    slice.pages = seq.pages.pages;
-    batch.tokens.push_back(ahead > 0 ? 0 : seq.tokens[size_t(seq.num_computed)]);
-    batch.logit_rows.push_back(slice.q_start);
-    batch.sampling.push_back(&seq);
-    batch.slices.push_back(slice);
-    step.ids.push_back(seq.id);
-    step.arrivals.push_back(seq.arrival_order);
-  }
-  ForwardBatch view = batch.view();
-  view.fed = fed;
-  runner_->forward(view);
-  step.device = runner_->last_forward_interval();
-  std::vector<std::vector<int32_t>> suppress;
-  const std::vector<SampleRequest> requests = sample_requests(batch, ahead, suppress);
-  runner_->sample_async(requests);
-  return step;
-}
-
-std::optional<LocalEngine::InflightStep> LocalEngine::launch_next(const InflightStep& cur) {
-  if (!waiting_.empty()) return std::nullopt;
-  {
-    std::lock_guard lock(mu_);
-    if (!inbox_.empty() || !cancels_.empty()) return std::nullopt;  // they are scheduled first
-  }
-  std::vector<ScheduledSeq> next;
-  std::vector<int32_t> fed;
-  for (size_t i = 0; i < cur.ids.size(); ++i) {
-    Sequence* seq = live(cur.ids[i], cur.arrivals[i]);
-    if (seq == nullptr) continue;
-    // cur's token (not in seq.tokens yet) is output number output_len() + 1: the last one when
-    // that reaches max_tokens (admission keeps prompt + max_tokens within max_model_len).
-    if (seq->output_len() + 1 >= seq->params.max_tokens) continue;
-    if (!samples_plain_greedy(*seq, 1)) return std::nullopt;
-    // Room for the next token's K/V: cur writes position num_computed, the next one after it.
-    if (!seq->pages.reserve(pool_, seq->num_computed + 2, runner_->page_size())) {
-      return std::nullopt;
-    }
-    next.push_back({seq, 1});
-    fed.push_back(int32_t(i));
-  }
-  if (next.empty()) return std::nullopt;
-  telemetry_.metrics.async_decode_steps++;
-  return launch_async(std::move(next), fed, 1);
-}
-
-void LocalEngine::complete(const InflightStep& step) {
-  std::vector<int32_t> sampled(step.ids.size());
-  runner_->sample_wait(sampled);
-  const int64_t end_ns = trace_now_ns();
-  std::vector<ScheduledSeq> done;
-  std::vector<int32_t> tokens;
-  for (size_t i = 0; i < step.ids.size(); ++i) {
-    if (Sequence* seq = live(step.ids[i], step.arrivals[i])) {
-      done.push_back({seq, 1});
-      tokens.push_back(sampled[i]);
-    }
-  }
-  trace_step(done, Track::kPrefill, Track::kDecode, step.start_ns, end_ns, step.device);
-  commit_step(done, &Sequence::pages);
-  if (prefix_cache_) {
-    for (const ScheduledSeq& s : done) {
-      prefix_cache_->commit(*s.seq, s.seq->pages, pool_, s.seq->num_computed);
-    }
-  }
-  const auto now = Clock::now();
-  for (size_t i = 0; i < done.size(); ++i) {
-    if (auto reason = emit_token(*done[i].seq, tokens[i], now, Track::kDecode)) {
-      finish(done[i].seq, *reason, std::nullopt);
-    }
-  }
+bool LocalEngine::async_eligible(std::span<const ScheduledSeq> plain,
+                                 const SchedulePlan& plan) const {
+  return async_ && plan.preempted.empty() && waiting_.empty() &&
+         AsyncDecode::eligible(plain, running_.size(), spec_ != nullptr) && nothing_arrived();
 }
 
 std::string LocalEngine::metrics_text() const {
@@ -371,10 +296,11 @@ void LocalEngine::worker_loop() {
     {
       std::unique_lock lock(mu_);
       // An in-flight step is read even when every sequence in it is gone (cancelled).
+      const bool in_flight = async_ && async_->in_flight();
       cv_.wait(lock, [&] {
-        return stopping_ || !inbox_.empty() || !cancels_.empty() || !seqs_.empty() || inflight_;
+        return stopping_ || !inbox_.empty() || !cancels_.empty() || !seqs_.empty() || in_flight;
       });
-      if (stopping_ && seqs_.empty() && inbox_.empty() && !inflight_) return;
+      if (stopping_ && seqs_.empty() && inbox_.empty() && !in_flight) return;
     }
     step();
   }

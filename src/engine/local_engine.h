@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "chat/chat_template.h"
+#include "engine/async_decode.h"
 #include "engine/engine.h"
 #include "engine/prefix_cache.h"
 #include "engine/scheduler.h"
@@ -66,32 +67,10 @@ class LocalEngine final : public Engine {
   bool idle_locked() const;
   void publish_counts();
 
-  // --async-decode: a plain decode step whose forward and argmax are launched and whose tokens
-  // are not read yet. The next step() launches the step after it first, its tokens fed on the
-  // device from this one's (ForwardBatch::fed), and only then reads this one's, so the host's
-  // work (reading, detokenizing, stop checks, the next launch) overlaps the device's.
-  struct InflightStep {
-    // [n] in batch order, one decode token each: the request id and arrival_order of each (a
-    // sequence finished since may be gone; its id may even be reused by a newer request).
-    std::vector<uint64_t> ids;
-    std::vector<int64_t> arrivals;
-    int64_t start_ns = 0;
-    std::shared_ptr<const DeviceInterval> device;
-  };
-  // Whether a scheduled plain batch may run asynchronously: every running sequence decodes one
-  // greedy token with no penalty or suppressed id, nothing waits or arrives, no speculation.
+  // --async-decode (engine/async_decode.h): whether a scheduled plain batch may start one
+  // (nothing waits or arrives besides), and the sequence of (id, arrival) if it still runs.
   bool async_eligible(std::span<const ScheduledSeq> plain, const SchedulePlan& plan) const;
-  // Forward + sample_async of one token for each of `scheduled`; fed[i] >= 0: sequence i's token
-  // is the one request fed[i] of the previous sample_async() drew (empty: all from the host).
-  InflightStep launch_async(std::vector<ScheduledSeq> scheduled, std::span<const int32_t> fed,
-                            int32_t ahead);
-  // The step after `cur` for its sequences that go on past it, or nothing (a request arrived,
-  // one would finish by length, pages ran out): the next step() schedules as usual.
-  std::optional<InflightStep> launch_next(const InflightStep& cur);
-  // Reads `step`'s tokens and commits and emits them, as the synchronous path does; sequences
-  // finished or cancelled since its launch are skipped.
-  void complete(const InflightStep& step);
-  // The sequence of (id, arrival) if it still runs, else null.
+  bool nothing_arrived() const;
   Sequence* live(uint64_t id, int64_t arrival) const;
 
   EngineOptions options_;
@@ -112,7 +91,7 @@ class LocalEngine final : public Engine {
   std::deque<Sequence*> waiting_;
   std::vector<Sequence*> running_;
   int64_t next_arrival_ = 0;
-  std::optional<InflightStep> inflight_;
+  std::unique_ptr<AsyncDecode> async_;  // with --async-decode
 
   // Shared with submitting threads.
   mutable std::mutex mu_;

@@ -5,11 +5,12 @@
 // sampled requests that turn it off, min_tokens bans, cancels; and every page comes back.
 #include <doctest/doctest.h>
 
+#include <functional>
 #include <map>
-#include <sstream>
 #include <string>
 #include <vector>
 
+#include "engine/disaggregated_engine.h"
 #include "engine/engine.h"
 #include "engine/local_engine.h"
 #include "engine_test_util.h"
@@ -37,15 +38,34 @@ const std::string& tiny_model() {
   return dir;
 }
 
-std::unique_ptr<LocalEngine> make_local(bool async_decode) {
+// One CPU device (a LocalEngine) or two CPU stages (a DisaggregatedEngine, whose decode stage
+// runs the async steps), and one step of it for tests that interleave steps and submits.
+struct Rig {
+  std::unique_ptr<Engine> engine;
+  std::function<void()> step;
+};
+
+Rig make_rig(bool two_stages, bool async_decode) {
   EngineOptions o;
   o.model_dir = tiny_model();
   o.kv_pages = 256;
   o.page_size = 4;  // the next token's page is often a new one
   o.async_decode = async_decode;
-  std::unique_ptr<Engine> engine = testing::make_engine(o);  // one CPU device: a LocalEngine
-  REQUIRE(dynamic_cast<LocalEngine*>(engine.get()) != nullptr);
-  return std::unique_ptr<LocalEngine>(static_cast<LocalEngine*>(engine.release()));
+  o.prefill_device = two_stages ? "cpu:0" : "cpu";
+  o.decode_device = two_stages ? "cpu:1" : "cpu";
+  Rig rig{testing::make_engine(o), {}};
+  if (auto* local = dynamic_cast<LocalEngine*>(rig.engine.get())) {
+    rig.step = [local] { local->step(); };
+  } else {
+    auto* stages = dynamic_cast<DisaggregatedEngine*>(rig.engine.get());
+    REQUIRE(stages != nullptr);
+    rig.step = [stages] {
+      stages->prefill_step();
+      stages->decode_step();
+    };
+  }
+  REQUIRE((dynamic_cast<DisaggregatedEngine*>(rig.engine.get()) != nullptr) == two_stages);
+  return rig;
 }
 
 struct Outcome {
@@ -55,11 +75,12 @@ struct Outcome {
 };
 
 // Group A from the start; group B after `late_after` steps, while A decodes.
-std::map<uint64_t, Outcome> run(LocalEngine& engine, const std::map<uint64_t, GenerateInput>& a,
+std::map<uint64_t, Outcome> run(Rig& rig, const std::map<uint64_t, GenerateInput>& a,
                                 const std::map<uint64_t, GenerateInput>& b, int late_after) {
+  Engine& engine = *rig.engine;
   Collector col;
   for (const auto& [id, in] : a) REQUIRE(engine.submit(id, in, &col).ok());
-  for (int i = 0; i < late_after; ++i) engine.step();
+  for (int i = 0; i < late_after; ++i) rig.step();
   for (const auto& [id, in] : b) REQUIRE(engine.submit(id, in, &col).ok());
   engine.run_until_idle();
   std::map<uint64_t, Outcome> out;
@@ -74,12 +95,12 @@ std::map<uint64_t, Outcome> run(LocalEngine& engine, const std::map<uint64_t, Ge
 
 TEST_CASE("async decode: the same tokens, text and finishes as synchronous decode") {
   // The reference run picks stop ids and strings out of its own output, so they land mid-decode.
-  auto sync = make_local(false);
+  Rig sync = make_rig(false, false);
   std::map<uint64_t, GenerateInput> a, b;
   for (uint64_t i = 0; i < 4; ++i) a[i] = greedy(prompt_of(9 + 5 * int(i), int(i)), 6 + 7 * int(i));
   a[4] = greedy(prompt_of(3, 4), 1);  // finishes with its first token
   a[5] = greedy(prompt_of(12, 5), 2);
-  const auto base = run(*sync, a, {}, 0);
+  const auto base = run(sync, a, {}, 0);
   // A stop id that appears at output 5 of request 3, a stop string out of request 2's text.
   a[6] = greedy(prompt_of(24, 3), 40);
   a[6].sampling.stop_token_ids = {base.at(3).ids.at(5)};
@@ -99,62 +120,72 @@ TEST_CASE("async decode: the same tokens, text and finishes as synchronous decod
   b[21].sampling.seed = 7;
   b[22] = testing::greedy(prompt_of(11, 22), 7);
 
-  std::map<bool, std::map<uint64_t, Outcome>> got;
-  for (bool on : {false, true}) {
-    CAPTURE(on);
-    auto engine = make_local(on);
-    got[on] = run(*engine, a, b, 12);
-    check_pages_free(*engine);
-    const uint64_t async_steps = metric(*engine, "tandem:async_decode_steps_total");
-    if (on) {
-      CHECK(async_steps > 5);  // 11 here: the sampled and penalised requests pause it
-    } else {
-      CHECK(async_steps == 0);
+  const std::map<uint64_t, Outcome> want = run(sync, a, b, 12);
+  for (bool two_stages : {false, true}) {
+    CAPTURE(two_stages);
+    std::map<bool, std::map<uint64_t, Outcome>> got;
+    for (bool on : {false, true}) {
+      CAPTURE(on);
+      Rig rig = make_rig(two_stages, on);
+      got[on] = run(rig, a, b, 12);
+      check_pages_free(*rig.engine);
+      const uint64_t async_steps = metric(*rig.engine, "tandem:async_decode_steps_total");
+      if (on) {
+        CHECK(async_steps > 5);  // 11 on one device: the sampled and penalised requests pause it
+      } else {
+        CHECK(async_steps == 0);
+      }
     }
+    REQUIRE(got[true].size() == a.size() + b.size());
+    for (const auto& [id, w] : want) {
+      CAPTURE(id);
+      for (bool on : {false, true}) {
+        const Outcome& have = got[on].at(id);
+        CHECK(have.ids == w.ids);
+        CHECK(have.text == w.text);
+        CHECK(have.reason == w.reason);
+      }
+    }
+    // Not vacuous: the stop id and the stop string did stop their requests early.
+    CHECK(got[true].at(6).reason == FinishReason::kStop);
+    CHECK(got[true].at(6).ids.size() < 40);
+    CHECK(got[true].at(7).reason == FinishReason::kStop);
+    CHECK(got[true].at(4).ids.size() == 1);
+    for (uint64_t i = 0; i < 4; ++i) CHECK(got[true].at(i).ids == base.at(i).ids);
   }
-  REQUIRE(got[true].size() == a.size() + b.size());
-  for (const auto& [id, want] : got[false]) {
-    CAPTURE(id);
-    const Outcome& have = got[true].at(id);
-    CHECK(have.ids == want.ids);
-    CHECK(have.text == want.text);
-    CHECK(have.reason == want.reason);
-  }
-  // Not vacuous: the stop id and the stop string did stop their requests early.
-  CHECK(got[true].at(6).reason == FinishReason::kStop);
-  CHECK(got[true].at(6).ids.size() < 40);
-  CHECK(got[true].at(7).reason == FinishReason::kStop);
-  CHECK(got[true].at(4).ids.size() == 1);
-  for (uint64_t i = 0; i < 4; ++i) CHECK(got[true].at(i).ids == base.at(i).ids);
 }
 
 TEST_CASE("async decode: cancels that land while a step is in flight free every page") {
-  auto engine = make_local(true);
-  engine->start();
-  Collector col;
-  for (uint64_t i = 0; i < 6; ++i) {
-    REQUIRE(engine->submit(i, greedy(prompt_of(10 + int(i), int(i)), 300), &col).ok());
-  }
-  // Cancel half of them once each has some tokens out, the others run to their length.
-  for (uint64_t i = 0; i < 6; i += 2) {
-    for (int spin = 0; spin < 20000; ++spin) {
-      {
-        std::lock_guard lock(col.mu);
-        if (col.results[i].ids.size() >= 3 + i) break;
-      }
-      std::this_thread::sleep_for(std::chrono::microseconds(200));
+  for (bool two_stages : {false, true}) {
+    CAPTURE(two_stages);
+    Rig rig = make_rig(two_stages, true);
+    Engine* engine = rig.engine.get();
+    engine->start();
+    Collector col;
+    for (uint64_t i = 0; i < 6; ++i) {
+      REQUIRE(engine->submit(i, greedy(prompt_of(10 + int(i), int(i)), 300), &col).ok());
     }
-    engine->cancel(i);
+    // Cancel half of them once each has some tokens out, the others run to their length.
+    for (uint64_t i = 0; i < 6; i += 2) {
+      for (int spin = 0; spin < 20000; ++spin) {
+        {
+          std::lock_guard lock(col.mu);
+          if (col.results[i].ids.size() >= 3 + i) break;
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+      }
+      engine->cancel(i);
+    }
+    REQUIRE(testing::wait_finished(*engine, col, 6, std::chrono::seconds(60)));
+    engine->stop(/*drain_ms=*/0);
+    for (uint64_t i = 0; i < 6; ++i) {
+      CAPTURE(i);
+      REQUIRE(col.results[i].finish);
+      CHECK(col.results[i].finish->reason ==
+            (i % 2 == 0 ? FinishReason::kAbort : FinishReason::kLength));
+      if (i % 2 == 1) CHECK(col.results[i].ids.size() == 300);
+    }
+    check_pages_free(*engine);
+    CHECK(metric(*engine, "tandem:async_decode_steps_total") > 0);
   }
-  REQUIRE(testing::wait_finished(*engine, col, 6, std::chrono::seconds(60)));
-  engine->stop(/*drain_ms=*/0);
-  for (uint64_t i = 0; i < 6; ++i) {
-    CAPTURE(i);
-    REQUIRE(col.results[i].finish);
-    CHECK(col.results[i].finish->reason ==
-          (i % 2 == 0 ? FinishReason::kAbort : FinishReason::kLength));
-    if (i % 2 == 1) CHECK(col.results[i].ids.size() == 300);
-  }
-  check_pages_free(*engine);
-  CHECK(metric(*engine, "tandem:async_decode_steps_total") > 0);
 }
