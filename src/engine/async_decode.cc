@@ -4,8 +4,7 @@
 
 namespace tandem {
 
-bool AsyncDecode::eligible(std::span<const ScheduledSeq> plain, size_t running,
-                           bool speculation) {
+bool AsyncDecode::eligible(std::span<const ScheduledSeq> plain, size_t running, bool speculation) {
   if (plain.empty() || plain.size() != running) return false;
   for (const ScheduledSeq& s : plain) {
     const Sequence& seq = *s.seq;

@@ -78,8 +78,7 @@ DisaggregatedEngine::DisaggregatedEngine(
     hooks.live = [this](uint64_t id, int64_t arrival) -> Sequence* {
       std::lock_guard lock(mu_);
       auto it = seqs_.find(id);
-      return it != seqs_.end() && it->second->arrival_order == arrival ? it->second.get()
-                                                                       : nullptr;
+      return it != seqs_.end() && it->second->arrival_order == arrival ? it->second.get() : nullptr;
     };
     hooks.reserve = [this](Sequence& seq, int64_t tokens) {
       std::lock_guard lock(pool_mu_);
