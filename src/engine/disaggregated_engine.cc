@@ -197,7 +197,12 @@ void DisaggregatedEngine::finish(Sequence* seq, FinishReason reason, std::option
   }
   {
     std::lock_guard lock(pool_mu_);
-    seq->pages.release_all(decode_pool_);
+    if (!on_prefill && async_ && async_->in_flight()) {
+      deferred_pages_.push_back(std::move(seq->pages));
+      seq->pages = BlockTable{};
+    } else {
+      seq->pages.release_all(decode_pool_);
+    }
     if (draft_) seq->draft_pages.release_all(*draft_->pool);
   }
   FinishEvent ev = make_finish_event(*seq, reason, std::move(error), Clock::now());
@@ -492,6 +497,12 @@ bool DisaggregatedEngine::decode_inbox_empty() const {
   return decode_inbox_.empty() && cancels_.empty();
 }
 
+void DisaggregatedEngine::release_deferred(std::vector<BlockTable>& tables) {
+  std::lock_guard lock(pool_mu_);
+  for (BlockTable& t : tables) t.release_all(decode_pool_);
+  tables.clear();
+}
+
 void DisaggregatedEngine::publish_decode_counts() {
   decoding_count_.store(int32_t(decoding_.size()));
   decode_waiting_count_.store(int32_t(decode_waiting_.size()));
@@ -504,8 +515,13 @@ void DisaggregatedEngine::publish_decode_counts() {
 bool DisaggregatedEngine::decode_step() {
   decode_take_handoff();
   if (async_ && async_->in_flight()) {
+    // Pages deferred so far wait on the step in flight, which this advance reads.
+    std::vector<BlockTable> read = std::move(deferred_pages_);
+    deferred_pages_.clear();
     // Handoffs and cancels are scheduled first: the step after this one waits for them.
     async_->advance(decode_waiting_.empty() && decode_inbox_empty());
+    release_deferred(read);
+    if (!async_->in_flight()) release_deferred(deferred_pages_);  // nothing left on the device
     publish_decode_counts();
     return true;
   }

@@ -101,6 +101,7 @@ class DisaggregatedEngine final : public Engine {
   // Whether no handoff or cancel waits for the decode stage (its async step continues then).
   bool decode_inbox_empty() const;
   void publish_decode_counts();
+  void release_deferred(std::vector<BlockTable>& tables);
   // The handshake: the pages a prompt's KV lands in (decode target + draft pools) and the
   // prefill stage's draft pages, all or nothing. Prefill thread only.
   bool reserve_handoff_pages(Sequence& seq);
@@ -151,6 +152,11 @@ class DisaggregatedEngine final : public Engine {
   std::deque<Sequence*> decode_waiting_;
   std::vector<Sequence*> decoding_;
   std::unique_ptr<AsyncDecode> async_;  // with --async-decode
+  // Decode pages of sequences that finished while a step was in flight: that step may still
+  // write their last page on the decode device's stream, and the KV transport may ship a new
+  // prompt into a freed page from another stream, so they go back to the pool once the step is
+  // read (release_deferred). Decode thread only; the pool under pool_mu_.
+  std::vector<BlockTable> deferred_pages_;
 
   // Shared: inboxes of both stages, cancels, the request table.
   mutable std::mutex mu_;

@@ -5,6 +5,7 @@
 // sampled requests that turn it off, min_tokens bans, cancels; and every page comes back.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <string>
@@ -188,4 +189,57 @@ TEST_CASE("async decode: cancels that land while a step is in flight free every 
     check_pages_free(*engine);
     CHECK(metric(*engine, "tandem:async_decode_steps_total") > 0);
   }
+}
+
+TEST_CASE(
+    "two stages: a sequence that stops while a step is in flight keeps its pages until then") {
+  // Its last page may still be written by the step launched before its stop was read, and the
+  // KV transport may ship a new prompt into a freed page from another stream: the decode stage
+  // hands its pages back once that step is read, one step later, not at the finish.
+  const GenerateInput a = greedy(prompt_of(9, 1), 40);
+  GenerateInput b = greedy(prompt_of(12, 2), 40);
+  Rig ref = make_rig(false, false);
+  const std::vector<int32_t> b_ids = run(ref, {{1, b}}, {}, 0).at(1).ids;
+  // A stop id first seen at output 15 or later: both decode asynchronously by then.
+  size_t stop_at = 15;
+  while (stop_at < b_ids.size() &&
+         std::find(b_ids.begin(), b_ids.begin() + std::ptrdiff_t(stop_at), b_ids[stop_at]) !=
+             b_ids.begin() + std::ptrdiff_t(stop_at)) {
+    ++stop_at;
+  }
+  REQUIRE(stop_at < b_ids.size());
+  b.sampling.stop_token_ids = {b_ids[stop_at]};
+  Rig rig = make_rig(true, true);
+  Collector col;
+  REQUIRE(rig.engine->submit(0, a, &col).ok());
+  REQUIRE(rig.engine->submit(1, b, &col).ok());
+  auto decode_used = [&] {
+    for (const PoolStatus& p : rig.engine->status().pools)
+      if (p.name == "target") return p.used_pages;
+    FAIL("no decode pool");
+    return 0;
+  };
+  int32_t at_finish = -1, after = -1;
+  for (int i = 0; i < 400 && after < 0; ++i) {
+    rig.step();
+    bool b_done = false;
+    {
+      std::lock_guard lock(col.mu);
+      b_done = col.results[1].finish.has_value();
+    }
+    if (!b_done) continue;
+    if (at_finish < 0) {
+      at_finish = decode_used();
+    } else {
+      after = decode_used();
+    }
+  }
+  REQUIRE(after >= 0);
+  CHECK(col.results[1].finish->reason == FinishReason::kStop);
+  CHECK(col.results[1].ids.size() == stop_at + 1);
+  // B's 28 or more tokens fill 7 or more pages of 4; A grows by at most one page a step.
+  CHECK(after <= at_finish - 6);
+  CHECK(metric(*rig.engine, "tandem:async_decode_steps_total") > 0);
+  rig.engine->run_until_idle();
+  check_pages_free(*rig.engine);
 }
