@@ -777,9 +777,7 @@ void CudaRunner::sample(std::span<const SampleRequest> requests, std::span<int32
   for (size_t i = 0; i < requests.size(); ++i) {
     const SampleRequest& r = requests[i];
     TANDEM_CHECK(r.logit_index >= 0 && r.logit_index < num_logits_ && r.params != nullptr);
-    const ResolvedSampling& p = *r.params;
-    if (p.greedy() && p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f &&
-        p.frequency_penalty == 0.0f && r.suppress.empty()) {
+    if (plain_greedy(r)) {
       greedy_rows.push_back(r.logit_index);
       greedy.push_back(i);
     } else {
