@@ -272,8 +272,8 @@ __global__ void __launch_bounds__(32 * kDecodeMaxWarps)
   // one wide multiply-add on a per-lane base pointer. With 64-bit element offsets the address
   // arithmetic was a quarter of the kernel's instructions (ncu, Qwen2.5-7B batch 64 at 1k: 10.9M
   // instructions a layer with them, 8.2M without; the kernel 43.8 -> 42.9 us; NOTES.md v27). What
-  // bounds the kernel there is the K/V stream itself
-  // (~3.2 TB/s): with the mma work left out it still took 41.9 us.
+  // bounds the kernel there is the K/V stream itself (~3.2 TB/s): with the mma work left out it
+  // still took 41.9 us.
   auto tile_row = [&](int kt) -> int {
     const int key = kt + lane;
     return key < end
