@@ -26,6 +26,9 @@ struct SampleRowParams {
   float presence_penalty = 0.0f;
   float frequency_penalty = 0.0f;
   double u = 0.0;  // the row's uniform draw in [0, 1); unused when greedy
+  // >= 0: the row's last entry is a placeholder for a token still on the device, in this slot
+  // of launch_merge_fed_penalties's fed_ids (fed_penalty.cuh); the sample kernels ignore it.
+  int32_t fed_slot = -1;
 };
 
 // A change to one logit of one row, applied in the reference order: repetition penalty, then

@@ -9,7 +9,7 @@ bool AsyncDecode::eligible(std::span<const ScheduledSeq> plain, size_t running, 
   for (const ScheduledSeq& s : plain) {
     const Sequence& seq = *s.seq;
     if (s.num_tokens != 1 || seq.in_prefill() || seq.pending() != 1 ||
-        (speculation && seq.speculative) || !samples_plain_greedy(seq, 0)) {
+        (speculation && seq.speculative)) {
       return false;
     }
   }
@@ -53,7 +53,11 @@ AsyncDecode::Step AsyncDecode::start(std::vector<ScheduledSeq> scheduled,
   runner_.forward(view);
   step.device = runner_.last_forward_interval();
   std::vector<std::vector<int32_t>> suppress;
-  runner_.sample_async(sample_requests(batch, ahead, suppress));
+  std::vector<SampleRequest> requests = sample_requests(batch, ahead, suppress);
+  // The fed token is the output's last, not in seq.tokens yet: the penalties count it on the
+  // device.
+  for (size_t i = 0; i < fed.size(); ++i) requests[i].fed = fed[i];
+  runner_.sample_async(requests);
   return step;
 }
 
@@ -66,7 +70,6 @@ std::optional<AsyncDecode::Step> AsyncDecode::next(const Step& cur) {
     // cur's token (not in seq.tokens yet) is output number output_len() + 1: the last one when
     // that reaches max_tokens (admission keeps prompt + max_tokens within max_model_len).
     if (seq->output_len() + 1 >= seq->params.max_tokens) continue;
-    if (!samples_plain_greedy(*seq, 1)) return std::nullopt;
     // Room for the next token's K/V: cur writes position num_computed, the next one after it.
     if (!hooks_.reserve(*seq, seq->num_computed + 2)) return std::nullopt;
     following.push_back({seq, 1});

@@ -1,7 +1,8 @@
 // One decode step in flight for an engine's decode loop (--async-decode, docs/async-decode.md):
-// a plain greedy decode batch launches its next step, its tokens fed on the device from this
-// step's (ForwardBatch::fed), before the host reads this step's tokens, so the host's per-step
-// work (reading, detokenizing, stop checks, clients, the next launch) overlaps the device's.
+// a decode batch launches its next step, its tokens fed on the device from this step's
+// (ForwardBatch::fed; penalties count them there too, SampleRequest::fed), before the host reads
+// this step's tokens, so the host's per-step work (reading, detokenizing, stop checks, clients,
+// the next launch) overlaps the device's.
 // The one-device engine and the two-stage engine's decode stage both drive one; the engine
 // supplies what touches its own state (which sequences still run, its KV pool, its finish).
 #pragma once
@@ -37,8 +38,8 @@ class AsyncDecode {
   AsyncDecode(ModelRunner& runner, Hooks hooks, std::atomic<uint64_t>& launched)
       : runner_(runner), hooks_(std::move(hooks)), launched_(launched) {}
 
-  // Whether a scheduled plain batch may start: one greedy decode token for each of the stage's
-  // `running` sequences (no penalty, no eos ban left), none speculating when `speculation`.
+  // Whether a scheduled plain batch may start: one decode token for each of the stage's
+  // `running` sequences (any sampling settings), none speculating when `speculation`.
   static bool eligible(std::span<const ScheduledSeq> plain, size_t running, bool speculation);
 
   bool in_flight() const { return inflight_.has_value(); }

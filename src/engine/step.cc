@@ -53,11 +53,6 @@ std::vector<SampleRequest> sample_requests(const StepBatch& batch, int32_t ahead
   return requests;
 }
 
-bool samples_plain_greedy(const Sequence& seq, int32_t ahead) {
-  const std::vector<int32_t> banned = banned_before_min_tokens(seq, ahead);
-  return plain_greedy(SampleRequest{0, &seq.params, {}, banned, nullptr});
-}
-
 std::vector<int32_t> sample_step(ModelRunner& runner, const StepBatch& batch) {
   std::vector<std::vector<int32_t>> suppress;
   const std::vector<SampleRequest> requests = sample_requests(batch, 0, suppress);

@@ -39,11 +39,6 @@ std::vector<int32_t> sample_step(ModelRunner& runner, const StepBatch& batch);
 std::vector<SampleRequest> sample_requests(const StepBatch& batch, int32_t ahead,
                                            std::vector<std::vector<int32_t>>& suppress);
 
-// Whether the sequence's next token, with `ahead` outputs not yet in its list, is a plain greedy
-// draw (runner.h plain_greedy: no penalty, no eos / stop ban left), as ModelRunner::sample_async
-// takes it.
-bool samples_plain_greedy(const Sequence& seq, int32_t ahead);
-
 // Adds a span for this step to every scheduled sequence's trace: prefill chunks on `prefill`,
 // decode tokens on `decode`. Call before commit_step (it reads what was pending). `device`: the
 // step's forward on the device (ModelRunner::last_forward_interval), which replaces the host's

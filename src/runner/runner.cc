@@ -16,9 +16,21 @@ bool plain_greedy(const SampleRequest& r) {
 
 void ModelRunner::sample_async(std::span<const SampleRequest> requests) {
   TANDEM_CHECK(async_ids_.size() < kMaxAsyncSamples, "%zu samples outstanding", async_ids_.size());
-  for (const SampleRequest& r : requests) TANDEM_CHECK(r.params != nullptr && plain_greedy(r));
+  // A fed request's pending token joins a copy of its output, for the penalties.
+  std::vector<SampleRequest> resolved(requests.begin(), requests.end());
+  std::vector<std::vector<int32_t>> outputs(requests.size());
+  for (size_t i = 0; i < resolved.size(); ++i) {
+    SampleRequest& r = resolved[i];
+    if (r.fed < 0) continue;
+    TANDEM_CHECK(size_t(r.fed) < last_async_ids_.size(), "request %zu fed from request %d of %zu",
+                 i, r.fed, last_async_ids_.size());
+    outputs[i].assign(r.history.output.begin(), r.history.output.end());
+    outputs[i].push_back(last_async_ids_[size_t(r.fed)]);
+    r.history.output = outputs[i];
+    r.fed = -1;
+  }
   std::vector<int32_t> ids(requests.size());
-  sample(requests, ids);
+  sample(resolved, ids);
   last_async_ids_ = ids;
   async_ids_.push_back(std::move(ids));
 }

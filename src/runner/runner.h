@@ -56,6 +56,10 @@ struct SampleRequest {
   TokenHistory history;
   std::span<const int32_t> suppress;  // ids banned this step (eos/stop before min_tokens)
   SamplingRng* rng = nullptr;         // advanced by the draw
+  // sample_async() only: >= 0 when history.output lacks its last token, the one the last
+  // sample_async() drew for its request `fed` (still on the device while the host has not read
+  // it); the penalties count it as the host would. -1 everywhere else.
+  int32_t fed = -1;
 };
 
 struct RunnerOptions {
@@ -133,12 +137,13 @@ class ModelRunner {
   // Samples one token per request from the last forward's logits.
   virtual void sample(std::span<const SampleRequest> requests, std::span<int32_t> out_tokens) = 0;
   // sample() in two halves, for an engine that overlaps a step's host work with the next step:
-  // sample_async() starts it for plain greedy requests (plain_greedy()) and returns; the next
-  // forward may feed its ids (ForwardBatch::fed); sample_wait() gives the oldest outstanding
-  // call's ids. At most kMaxAsyncSamples calls are outstanding, and sample() and the other
-  // readers of the last forward are not called while any is. This default samples at once and
-  // keeps the ids (the CPU runner computes synchronously anyway); the CUDA runner returns before
-  // the device has run the step.
+  // sample_async() starts it (any settings: greedy or drawn, penalties, bans; a request's last
+  // output token may still be on the device, SampleRequest::fed) and returns; the next forward
+  // may feed its ids (ForwardBatch::fed); sample_wait() gives the oldest outstanding call's ids.
+  // At most kMaxAsyncSamples calls are outstanding, and sample() and the other readers of the
+  // last forward are not called while any is. This default samples at once and keeps the ids
+  // (the CPU runner computes synchronously anyway); the CUDA runner returns before the device
+  // has run the step.
   static constexpr size_t kMaxAsyncSamples = 2;
   virtual void sample_async(std::span<const SampleRequest> requests);
   virtual void sample_wait(std::span<int32_t> out_tokens);
@@ -188,7 +193,7 @@ class ModelRunner {
   std::vector<int32_t> last_async_ids_;         // the last sample_async()'s, for fed tokens
 };
 
-// Greedy with no penalty and nothing suppressed: what sample_async() takes (an argmax).
+// Greedy with no penalty and nothing suppressed: an argmax.
 bool plain_greedy(const SampleRequest& request);
 
 // device == kind, or kind + ":N" with N decimal digits ("cpu", "cpu:1", "cuda:0").

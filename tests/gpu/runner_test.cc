@@ -344,27 +344,43 @@ TEST_CASE("CUDA runner: overlapped single-token launches give the plain launches
 }
 
 TEST_CASE("CUDA runner: decode steps fed on the device give the synchronous tokens and bits") {
-  // --async-decode's runner half: sample_async() leaves the argmax ids on the device, the next
-  // forward takes its tokens from them (ForwardBatch::fed) before the host has read them, and
+  // --async-decode's runner half: sample_async() leaves the ids on the device, the next forward
+  // takes its tokens from them (ForwardBatch::fed) before the host has read them, and
   // sample_wait() reads them afterwards. Three sequences of different lengths (one crossing a
-  // page during the steps), graphs and eager, overlapped launches on: the tokens and the last
-  // logits must equal the synchronous loop's, where the host reads each step's ids and feeds
-  // them back.
+  // page during the steps), graphs and eager, overlapped launches on, each sampled its own way:
+  // row 0 greedy with strong penalties, row 1 plain greedy (the argmax: its id lands first, so
+  // the rows' places among the ids are permuted), row 2 drawn (top-p, seeded) with penalties.
+  // A penalised row's last output token is still on the device when its next draw is set up,
+  // so the request names it (SampleRequest::fed) and the device counts it in. The tokens and the
+  // last logits must equal the synchronous loop's, where the host reads each step's ids, feeds
+  // them back and lists every output token.
   TinyModel m = make_tiny(64);
   const RunnerOptions opts = tiny_options();
   const std::vector<std::vector<int32_t>> pages = {{9, 3, 40}, {21, 5, 30}, {11, 12, 13}};
   const std::vector<int32_t> lens = {13, 30, 5};
   constexpr int kSteps = 10;
-  ResolvedSampling greedy;
-  greedy.temperature = 0.0f;
+  std::vector<ResolvedSampling> settings(3);
+  for (ResolvedSampling& s : settings) s.temperature = 0.0f;
+  for (int i : {0, 2}) {
+    settings[size_t(i)].repetition_penalty = 1.8f;
+    settings[size_t(i)].frequency_penalty = 0.9f;
+    settings[size_t(i)].presence_penalty = 0.5f;
+  }
+  settings[2].temperature = 0.9f;
+  settings[2].top_p = 0.9f;
+  // How the fed run treats the pending token: named (the engine's way), or left out of the
+  // penalties (what the device would do without the merge; must differ, or the test is vacuous).
+  enum class Fed { kNone, kNamed, kIgnored };
   for (bool graphs : {true, false}) {
     CAPTURE(graphs);
-    auto run = [&](bool fed_on_device) {
+    auto run = [&](Fed mode) {
       auto created = CudaRunner::create(m.config, m.weights, opts);
       REQUIRE(created.ok());
       CudaRunner& r = **created;
       r.set_use_graphs(graphs);
-      std::vector<std::vector<int32_t>> seqs(3);
+      std::vector<std::vector<int32_t>> seqs(3), outputs(3);
+      std::vector<SamplingRng> rngs(3);
+      for (SamplingRng& g : rngs) g.seed = 11;
       std::vector<int32_t> prompt, rows;
       std::vector<SeqSlice> slices;
       for (int i = 0; i < 3; ++i) {
@@ -374,12 +390,30 @@ TEST_CASE("CUDA runner: decode steps fed on the device give the synchronous toke
         prompt.insert(prompt.end(), seqs[size_t(i)].begin(), seqs[size_t(i)].end());
         rows.push_back(int32_t(prompt.size()) - 1);
       }
+      const std::vector<std::vector<int32_t>> prompts = seqs;
+      // Each row's request over the outputs the host has read so far.
+      auto requests = [&](bool pending) {
+        std::vector<SampleRequest> req(3);
+        for (int i = 0; i < 3; ++i) {
+          req[size_t(i)] = SampleRequest{i,
+                                         &settings[size_t(i)],
+                                         TokenHistory{prompts[size_t(i)], outputs[size_t(i)]},
+                                         {},
+                                         &rngs[size_t(i)]};
+          if (pending && mode == Fed::kNamed) req[size_t(i)].fed = i;
+        }
+        return req;
+      };
+      auto take = [&](const std::vector<int32_t>& ids) {
+        for (int i = 0; i < 3; ++i) {
+          seqs[size_t(i)].push_back(ids[size_t(i)]);
+          outputs[size_t(i)].push_back(ids[size_t(i)]);
+        }
+      };
       r.forward(ForwardBatch{prompt, slices, rows});
-      std::vector<SampleRequest> req(3);
-      for (int i = 0; i < 3; ++i) req[size_t(i)] = SampleRequest{i, &greedy, {}, {}, nullptr};
       std::vector<int32_t> out(3);
-      r.sample(req, out);
-      for (int i = 0; i < 3; ++i) seqs[size_t(i)].push_back(out[size_t(i)]);
+      r.sample(requests(false), out);
+      take(out);
       const std::vector<int32_t> decode_rows = {0, 1, 2}, fed = {0, 1, 2};
       auto decode_slices = [&](int step) {
         std::vector<SeqSlice> sl;
@@ -388,7 +422,7 @@ TEST_CASE("CUDA runner: decode steps fed on the device give the synchronous toke
         }
         return sl;
       };
-      if (fed_on_device) {
+      if (mode != Fed::kNone) {
         // Step 0 from the host's tokens, each later step fed from the one before; its ids are
         // read one step late, as the engine reads them.
         std::vector<int32_t> toks = {out[0], out[1], out[2]};
@@ -397,36 +431,39 @@ TEST_CASE("CUDA runner: decode steps fed on the device give the synchronous toke
           ForwardBatch b{toks, sl, decode_rows};
           if (step > 0) b.fed = fed;
           r.forward(b);
-          r.sample_async(req);
+          r.sample_async(requests(step > 0));
           if (step > 0) {
             r.sample_wait(out);
-            for (int i = 0; i < 3; ++i) seqs[size_t(i)].push_back(out[size_t(i)]);
+            take(out);
           }
           toks = {0, 0, 0};  // ignored from here on: fed
         }
         r.sample_wait(out);
-        for (int i = 0; i < 3; ++i) seqs[size_t(i)].push_back(out[size_t(i)]);
+        take(out);
       } else {
         for (int step = 0; step < kSteps; ++step) {
           const std::vector<int32_t> toks = {seqs[0].back(), seqs[1].back(), seqs[2].back()};
           const std::vector<SeqSlice> sl = decode_slices(step);
           r.forward(ForwardBatch{toks, sl, decode_rows});
-          r.sample(req, out);
-          for (int i = 0; i < 3; ++i) seqs[size_t(i)].push_back(out[size_t(i)]);
+          r.sample(requests(false), out);
+          take(out);
         }
       }
       std::vector<float> logits(size_t(3 * m.config.vocab_size));
       r.copy_logits(logits);
       return std::make_pair(seqs, logits);
     };
-    const auto sync = run(false), fed = run(true);
+    const auto sync = run(Fed::kNone), fed = run(Fed::kNamed);
     CHECK(sync.first == fed.first);
     CHECK(sync.second == fed.second);
-    // Not vacuous: the tokens are the model's (the reference's argmax where it is clear).
+    // Not vacuous: without the pending token the penalties pick other tokens, and the tokens are
+    // the model's (the reference's argmax where it is clear).
+    CHECK(run(Fed::kIgnored).first != sync.first);
     const auto ref =
-        reference_logits(m, std::vector<int32_t>(fed.first[2].begin(), fed.first[2].end() - 1));
-    std::vector<float> last(fed.second.begin() + 2 * m.config.vocab_size, fed.second.end());
-    CHECK(rel_error(last, ref) < 1e-2);
+        reference_logits(m, std::vector<int32_t>(fed.first[1].begin(), fed.first[1].end() - 1));
+    std::vector<float> middle(fed.second.begin() + m.config.vocab_size,
+                              fed.second.begin() + 2 * m.config.vocab_size);
+    CHECK(rel_error(middle, ref) < 1e-2);
   }
 }
 

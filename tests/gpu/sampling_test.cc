@@ -4,6 +4,7 @@
 // than one launch takes.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -257,6 +258,80 @@ TEST_CASE(
       CAPTURE(one_block);
       CHECK(prob_mismatches(c, 1000, 1000 - 24, 40, 5, one_block) == 0);
       CHECK(prob_mismatches(c, 152064, 151665, 6, 13, one_block) == 0);
+    }
+  }
+}
+
+TEST_CASE(
+    "sample_on_device counts a token still on the device in the penalties (SampleRequest::fed)") {
+  // --async-decode's penalised rows: the host's history lacks the last output token, which sits
+  // in a device buffer; the request names its slot and the device merges it into the row's
+  // penalty list (kernels/fed_penalty.cuh). Against the reference with the token appended to
+  // the output: rows 4i take a token of their output (an entry to update), rows 4i + 1 one that
+  // occurs nowhere in their history (the placeholder filled), the others the token the row draws
+  // without it (so that counting it moves the draw); slots are reversed against rows.
+  constexpr int kVocab = 1000, kValid = kVocab - 24, kRows = 40;
+  for (const bool one_block : {false, true}) {
+    for (const Case& c : cases()) {
+      if (!c.history) continue;
+      CAPTURE(c.name);
+      CAPTURE(one_block);
+      const std::vector<float> host = make_logits(kRows, kVocab, c.ties, c.spread, 5);
+      const DeviceLogits device(host);
+      DeviceSampler sampler(kVocab, kRows);
+      sampler.set_one_block_only(one_block);
+      std::vector<Row> state = make_rows(c, kRows, kValid, 5);
+      std::vector<int32_t> fed_host(kRows), without(kRows);
+      for (int r = 0; r < kRows; ++r) {
+        const Row& row = state[size_t(r)];
+        std::vector<float> logits(host.begin() + ptrdiff_t(r) * kVocab,
+                                  host.begin() + ptrdiff_t(r + 1) * kVocab);
+        apply_logits_processors(logits, c.params, TokenHistory{row.prompt, row.output}, row.ban,
+                                kValid);
+        SamplingRng rng = row.rng;
+        without[size_t(r)] = sample_token(logits, c.params, rng);
+        int32_t id = without[size_t(r)];
+        if (r % 4 == 0) id = row.output[size_t(r % 7)];
+        if (r % 4 == 1) {  // the smallest id above the outputs' range that is not in the prompt
+          id = 50;
+          while (std::find(row.prompt.begin(), row.prompt.end(), id) != row.prompt.end()) ++id;
+        }
+        fed_host[size_t(kRows - 1 - r)] = id;
+      }
+      int32_t* dev = nullptr;  // [2 * kRows]: the fed ids, then the drawn ones
+      TANDEM_CUDA_CHECK(cudaMalloc(&dev, 2 * kRows * 4));
+      TANDEM_CUDA_CHECK(cudaMemcpy(dev, fed_host.data(), kRows * 4, cudaMemcpyHostToDevice));
+      std::vector<Row> ref = state;
+      std::vector<SampleRequest> reqs;
+      std::vector<size_t> which;
+      for (int r = 0; r < kRows; ++r) {
+        Row& row = state[size_t(r)];
+        reqs.push_back(
+            SampleRequest{r, &c.params, TokenHistory{row.prompt, row.output}, row.ban, &row.rng});
+        reqs.back().fed = kRows - 1 - r;
+        which.push_back(size_t(r));
+      }
+      sampler.sample_on_device(device.dev, kValid, reqs, which, dev + kRows, dev, device.stream);
+      std::vector<int32_t> got(kRows, -7);
+      TANDEM_CUDA_CHECK(cudaStreamSynchronize(device.stream));
+      TANDEM_CUDA_CHECK(cudaMemcpy(got.data(), dev + kRows, kRows * 4, cudaMemcpyDeviceToHost));
+      TANDEM_CUDA_CHECK(cudaFree(dev));
+      int bad = 0, moved = 0;
+      for (int r = 0; r < kRows; ++r) {
+        Row& row = ref[size_t(r)];
+        row.output.push_back(fed_host[size_t(kRows - 1 - r)]);
+        std::vector<float> logits(host.begin() + ptrdiff_t(r) * kVocab,
+                                  host.begin() + ptrdiff_t(r + 1) * kVocab);
+        apply_logits_processors(logits, c.params, TokenHistory{row.prompt, row.output}, row.ban,
+                                kValid);
+        const int32_t want = sample_token(logits, c.params, row.rng);
+        if (got[size_t(r)] != want) ++bad;
+        moved += without[size_t(r)] != want;
+        CHECK(state[size_t(r)].rng.counter == row.rng.counter);
+      }
+      CHECK(bad == 0);
+      // Not vacuous: the appended token changes some rows' draws.
+      CHECK(moved > 0);
     }
   }
 }

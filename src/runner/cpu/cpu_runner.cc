@@ -217,6 +217,7 @@ void CpuRunner::sample(std::span<const SampleRequest> requests, std::span<int32_
                  "logit_index %d outside the %lld rows of the last forward", r.logit_index,
                  (long long)num_logits_);
     TANDEM_CHECK(r.rng != nullptr || r.params->greedy(), "sample request %zu has no rng", i);
+    TANDEM_CHECK(r.fed < 0, "sample request %zu is fed (sample_async only)", i);
     std::copy_n(&logits_[size_t(r.logit_index * vocab)], vocab, row.data());
     apply_logits_processors(row, *r.params, r.history, r.suppress, valid_vocab_);
     SamplingRng unused;  // greedy makes no draw

@@ -200,6 +200,7 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig& config
   TANDEM_CUDA_CHECK(cudaMemset(r->argmax_scratch_.ptr(), 0, r->argmax_scratch_.bytes()));
   r->greedy_ids_ = PinnedBuffer(size_t(L * 4), /*mapped=*/true);
   r->async_ids_dev_ = DeviceBuffer(size_t(L * 4));
+  r->async_stage_dev_ = DeviceBuffer(size_t(L * 4));
   for (int i = 0; i < 2; ++i) {
     r->async_ids_host_[i] = PinnedBuffer(size_t(L * 4));
     TANDEM_CUDA_CHECK(cudaEventCreateWithFlags(&r->async_copied_[i], cudaEventDisableTiming));
@@ -394,13 +395,13 @@ void CudaRunner::forward(const ForwardBatch& batch) {
                batch.fed.size(), T);
   for (int32_t t = 0; t < T; ++t) {
     const int32_t fed = batch.fed.empty() ? -1 : batch.fed[size_t(t)];
-    // A fed id comes from the last sample_async() on the device (argmax: within the vocabulary).
-    TANDEM_CHECK(fed < last_async_rows_, "token %d fed from request %d of %d", t, fed,
-                 last_async_rows_);
+    // A fed id comes from the last sample_async() on the device (a draw: within the vocabulary).
+    TANDEM_CHECK(fed < int32_t(last_async_slots_.size()), "token %d fed from request %d of %zu", t,
+                 fed, last_async_slots_.size());
     const int32_t id = fed >= 0 ? 0 : batch.tokens[size_t(t)];
     TANDEM_CHECK(id >= 0 && id < config_.vocab_size, "token id %d out of range", id);
     m[off_tokens_ + t] = id;
-    m[off_fed_ + t] = fed;
+    m[off_fed_ + t] = fed >= 0 ? last_async_slots_[size_t(fed)] : -1;
   }
   logits_in_place_ = L == T;
   for (int32_t i = 0; i < L; ++i) {
@@ -766,6 +767,7 @@ void CudaRunner::sample(std::span<const SampleRequest> requests, std::span<int32
   TANDEM_CUDA_CHECK(cudaSetDevice(device_));
   TANDEM_CHECK(async_pending_.empty(), "sample() with %zu sample_async() calls outstanding",
                async_pending_.size());
+  for (const SampleRequest& r : requests) TANDEM_CHECK(r.fed < 0, "sample() of a fed request");
   TANDEM_CHECK(out_tokens.size() >= requests.size());
   const int64_t V = config_.vocab_size;
   const int32_t valid = std::min<int32_t>(valid_vocab_, int32_t(V));
@@ -803,36 +805,63 @@ void CudaRunner::sample_async(std::span<const SampleRequest> requests) {
   TANDEM_CHECK(async_pending_.size() < kMaxAsyncSamples, "%zu samples outstanding",
                async_pending_.size());
   const int32_t n = int32_t(requests.size());
-  std::vector<int32_t> rows(requests.size());
-  for (size_t i = 0; i < requests.size(); ++i) {
-    const SampleRequest& r = requests[i];
-    TANDEM_CHECK(
-        r.logit_index >= 0 && r.logit_index < num_logits_ && r.params != nullptr && plain_greedy(r),
-        "sample_async: request %zu is not a plain greedy row of the last forward", i);
-    rows[i] = r.logit_index;
+  // As sample(): plain greedy rows on the argmax kernel, the others on the device sampler. Their
+  // ids land argmax rows first; a fed request names its token by the last call's slot.
+  std::vector<SampleRequest> resolved(requests.begin(), requests.end());
+  std::vector<int32_t> greedy_rows, slots(requests.size());
+  std::vector<size_t> others;
+  for (size_t i = 0; i < resolved.size(); ++i) {
+    SampleRequest& r = resolved[i];
+    TANDEM_CHECK(r.logit_index >= 0 && r.logit_index < num_logits_ && r.params != nullptr,
+                 "sample_async: request %zu is not a row of the last forward", i);
+    if (r.fed >= 0) {
+      TANDEM_CHECK(r.fed < int32_t(last_async_slots_.size()), "request %zu fed from %d of %zu", i,
+                   r.fed, last_async_slots_.size());
+      r.fed = last_async_slots_[size_t(r.fed)];
+    }
+    if (plain_greedy(r)) {
+      slots[i] = int32_t(greedy_rows.size());
+      greedy_rows.push_back(r.logit_index);
+    } else {
+      others.push_back(i);
+    }
   }
+  const int32_t greedy = int32_t(greedy_rows.size());
+  for (size_t j = 0; j < others.size(); ++j) slots[others[j]] = greedy + int32_t(j);
+  // The sampler's fed penalties read this buffer (the last call's ids), so its rows and the
+  // argmax's land in the stage and then move here in one copy.
+  int32_t* ids = async_ids_dev_.as<int32_t>();
+  int32_t* dst = others.empty() ? ids : async_stage_dev_.as<int32_t>();
   const int32_t valid = std::min<int32_t>(valid_vocab_, int32_t(config_.vocab_size));
-  kernels::launch_argmax_rows(logits_.as<float>(), rows.data(), n, int32_t(config_.vocab_size),
-                              valid, argmax_scratch_.ptr(), argmax_scratch_.bytes(),
-                              async_ids_dev_.as<int32_t>(), stream_);
+  kernels::launch_argmax_rows(logits_.as<float>(), greedy_rows.data(), greedy,
+                              int32_t(config_.vocab_size), valid, argmax_scratch_.ptr(),
+                              argmax_scratch_.bytes(), dst, stream_);
+  sampler_.sample_on_device(logits_.as<float>(), valid, resolved, others, dst + greedy, ids,
+                            stream_);
+  if (dst != ids && n > 0) {
+    TANDEM_CUDA_CHECK(cudaMemcpyAsync(ids, dst, size_t(n) * 4, cudaMemcpyDeviceToDevice, stream_));
+  }
   const int32_t buf = async_next_;
   async_next_ ^= 1;
   if (n > 0) {
-    TANDEM_CUDA_CHECK(cudaMemcpyAsync(async_ids_host_[buf].as<void>(), async_ids_dev_.ptr(),
-                                      size_t(n) * 4, cudaMemcpyDeviceToHost, stream_));
+    TANDEM_CUDA_CHECK(cudaMemcpyAsync(async_ids_host_[buf].as<void>(), ids, size_t(n) * 4,
+                                      cudaMemcpyDeviceToHost, stream_));
   }
   TANDEM_CUDA_CHECK(cudaEventRecord(async_copied_[buf], stream_));
-  async_pending_.emplace_back(buf, n);
-  last_async_rows_ = n;
+  last_async_slots_ = slots;
+  async_pending_.push_back(AsyncSample{buf, std::move(slots)});
 }
 
 void CudaRunner::sample_wait(std::span<int32_t> out_tokens) {
   TANDEM_CHECK(!async_pending_.empty(), "sample_wait() without sample_async()");
-  const auto [buf, n] = async_pending_.front();
-  TANDEM_CHECK(out_tokens.size() >= size_t(n));
-  TANDEM_CUDA_CHECK(cudaEventSynchronize(async_copied_[buf]));
-  const int32_t* ids = async_ids_host_[buf].as<int32_t>();
-  std::copy(ids, ids + n, out_tokens.begin());
+  const AsyncSample& oldest = async_pending_.front();
+  TANDEM_CHECK(out_tokens.size() >= oldest.slots.size());
+  TANDEM_CUDA_CHECK(cudaEventSynchronize(async_copied_[oldest.buffer]));
+  const int32_t* ids = async_ids_host_[oldest.buffer].as<int32_t>();
+  for (size_t i = 0; i < oldest.slots.size(); ++i) {
+    out_tokens[i] = ids[oldest.slots[i]];
+    TANDEM_CHECK(out_tokens[i] >= 0, "no finite logit left to sample from (request %zu)", i);
+  }
   async_pending_.pop_front();
 }
 

@@ -187,16 +187,23 @@ class CudaRunner final : public ModelRunner {
   DeviceBuffer attn_partials_;   // [kDecodeSplitRows, H, D + 2] fp32: split-K decode states
   DeviceBuffer argmax_scratch_;  // kernels::argmax_scratch_bytes(vocab)
   PinnedBuffer greedy_ids_;      // [max_logits] int32, mapped: the argmax kernel's output
-  // sample_async(): the last call's ids on the device (what fed tokens read), and each
-  // outstanding call's copy on the host, in two alternating buffers: (buffer, ids) oldest first.
+  // sample_async(): the last call's ids on the device (what fed tokens and fed penalties read),
+  // argmax rows first, then the device sampler's; each outstanding call's copy on the host, in
+  // two alternating buffers, oldest first. A call with sampler rows draws into the stage first,
+  // since its penalties may read the ids of the call before.
+  struct AsyncSample {
+    int32_t buffer = 0;
+    std::vector<int32_t> slots;  // [requests] each request's place among the ids
+  };
   DeviceBuffer async_ids_dev_;                        // [max_logits] int32
+  DeviceBuffer async_stage_dev_;                      // [max_logits] int32
   PinnedBuffer async_ids_host_[2];                    // [max_logits] int32 each
   cudaEvent_t async_copied_[2] = {nullptr, nullptr};  // after each buffer's copy
-  std::deque<std::pair<int32_t, int32_t>> async_pending_;
+  std::deque<AsyncSample> async_pending_;
   int32_t async_next_ = 0;
-  int32_t last_async_rows_ = 0;  // ids in async_ids_dev_
-  DeviceSampler sampler_;        // every row that is not plain greedy
-  bool device_timing_ = false;   // events around each forward, for trace spans
+  std::vector<int32_t> last_async_slots_;  // the last call's AsyncSample::slots
+  DeviceSampler sampler_;                  // every row that is not plain greedy
+  bool device_timing_ = false;             // events around each forward, for trace spans
   std::shared_ptr<const ClockAnchor> anchor_;
   std::shared_ptr<EventPool> event_pool_ = std::make_shared<EventPool>();
   std::shared_ptr<const DeviceInterval> last_interval_;

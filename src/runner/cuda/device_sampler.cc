@@ -6,6 +6,7 @@
 
 #include "core/check.h"
 #include "kernels/cuda_check.cuh"
+#include "kernels/fed_penalty.cuh"
 
 namespace tandem {
 
@@ -23,6 +24,9 @@ DeviceSampler::DeviceSampler(int64_t vocab, int32_t max_rows)
   // Room for a few thousand penalised ids up front; longer histories grow it (rarely, and
   // only between steps).
   reserve_adjustments(size_t(max_rows) * 256);
+  cudaEvent_t event = nullptr;
+  TANDEM_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+  uploaded_.reset(event, [](cudaEvent_t e) { cudaEventDestroy(e); });
   // A/B switch for benchmarks: TANDEM_SAMPLE_ONE_BLOCK=1 keeps every row on the one-block kernel.
   const char* env = std::getenv("TANDEM_SAMPLE_ONE_BLOCK");
   force_one_block_ = env != nullptr && std::strcmp(env, "1") == 0;
@@ -30,6 +34,7 @@ DeviceSampler::DeviceSampler(int64_t vocab, int32_t max_rows)
 
 void DeviceSampler::reserve_adjustments(size_t entries) {
   if (entries <= adjust_capacity_) return;
+  // A kernel of an earlier call may still read the device list: freeing it waits for the device.
   const size_t n = std::max(entries, 2 * adjust_capacity_);
   adjust_ = DeviceBuffer(n * sizeof(kernels::LogitAdjust));
   adjust_host_ = PinnedBuffer(n * sizeof(kernels::LogitAdjust));
@@ -64,16 +69,18 @@ void DeviceSampler::append_adjustments(const SampleRequest& r, kernels::SampleRo
   }
 }
 
-void DeviceSampler::upload_rows(std::span<const SampleRequest> requests,
+bool DeviceSampler::upload_rows(std::span<const SampleRequest> requests,
                                 std::span<const size_t> which, bool draw, cudaStream_t stream) {
   const int32_t n = int32_t(which.size());
   TANDEM_CHECK(n <= max_rows_, "%d rows to sample, room for %d", n, max_rows_);
-  auto* params = params_host_.as<kernels::SampleRowParams>();
+  std::vector<kernels::SampleRowParams>& params = params_list_;
+  params.resize(size_t(n));
   adjust_list_.clear();
+  bool fed_rows = false;
   for (int32_t i = 0; i < n; ++i) {
     const SampleRequest& r = requests[which[size_t(i)]];
     const ResolvedSampling& s = *r.params;
-    kernels::SampleRowParams& p = params[i];
+    kernels::SampleRowParams& p = params[size_t(i)];
     p = kernels::SampleRowParams{};
     p.logit_row = r.logit_index;
     p.top_k = s.top_k;
@@ -88,7 +95,19 @@ void DeviceSampler::upload_rows(std::span<const SampleRequest> requests,
       p.u = r.rng->next_uniform();  // exactly one draw per sampled token, as on the CPU
     }
     append_adjustments(r, p);
+    const bool penalised =
+        s.repetition_penalty != 1.0f || s.frequency_penalty != 0.0f || s.presence_penalty != 0.0f;
+    if (r.fed >= 0 && penalised) {
+      p.fed_slot = r.fed;
+      adjust_list_.push_back(kernels::LogitAdjust{-1, 0, 0});  // launch_merge_fed_penalties's
+      p.adjust_end++;
+      fed_rows = true;
+    }
   }
+  // The last upload's copies may not have run yet (sample_on_device does not wait): they read
+  // the pinned staging rewritten below. The lists above were built meanwhile.
+  TANDEM_CUDA_CHECK(cudaEventSynchronize(uploaded_.get()));
+  std::memcpy(params_host_.as<void>(), params.data(), size_t(n) * sizeof(params[0]));
   reserve_adjustments(adjust_list_.size());
   if (!adjust_list_.empty()) {
     std::memcpy(adjust_host_.as<void>(), adjust_list_.data(),
@@ -97,8 +116,10 @@ void DeviceSampler::upload_rows(std::span<const SampleRequest> requests,
                                       adjust_list_.size() * sizeof(kernels::LogitAdjust),
                                       cudaMemcpyHostToDevice, stream));
   }
-  TANDEM_CUDA_CHECK(cudaMemcpyAsync(params_.ptr(), params, size_t(n) * sizeof(*params),
-                                    cudaMemcpyHostToDevice, stream));
+  TANDEM_CUDA_CHECK(cudaMemcpyAsync(params_.ptr(), params_host_.as<void>(),
+                                    size_t(n) * sizeof(params[0]), cudaMemcpyHostToDevice, stream));
+  TANDEM_CUDA_CHECK(cudaEventRecord(uploaded_.get(), stream));
+  return fed_rows;
 }
 
 const int32_t* DeviceSampler::fetch_ids(int32_t n, cudaStream_t stream) {
@@ -126,7 +147,29 @@ void DeviceSampler::sample(const float* logits, int32_t valid_vocab,
                            std::span<int32_t> out, cudaStream_t stream) {
   const int32_t n = int32_t(which.size());
   if (n == 0) return;
+  for (size_t i : which) TANDEM_CHECK(requests[i].fed < 0, "sample(): request %zu is fed", i);
   upload_rows(requests, which, /*draw=*/true, stream);
+  launch_waves(logits, valid_vocab, n, ids_.as<int32_t>(), stream);
+  const int32_t* ids = fetch_ids(n, stream);
+  for (int32_t i = 0; i < n; ++i) out[which[size_t(i)]] = ids[i];
+}
+
+void DeviceSampler::sample_on_device(const float* logits, int32_t valid_vocab,
+                                     std::span<const SampleRequest> requests,
+                                     std::span<const size_t> which, int32_t* out,
+                                     const int32_t* fed_ids, cudaStream_t stream) {
+  const int32_t n = int32_t(which.size());
+  if (n == 0) return;
+  if (upload_rows(requests, which, /*draw=*/true, stream)) {
+    TANDEM_CHECK(fed_ids != nullptr, "fed requests without the fed ids");
+    kernels::launch_merge_fed_penalties(params_.as<kernels::SampleRowParams>(), n,
+                                        adjust_.as<kernels::LogitAdjust>(), fed_ids, stream);
+  }
+  launch_waves(logits, valid_vocab, n, out, stream);
+}
+
+void DeviceSampler::launch_waves(const float* logits, int32_t valid_vocab, int32_t n, int32_t* out,
+                                 cudaStream_t stream) {
   // Rows share the scratch rows, so waves of kSampleMaxRows run one after another.
   for (int32_t w = 0; w < n; w += kernels::kSampleMaxRows) {
     const int32_t rows = std::min(kernels::kSampleMaxRows, n - w);
@@ -134,16 +177,14 @@ void DeviceSampler::sample(const float* logits, int32_t valid_vocab,
     if (wave_is_wide(w, rows, valid_vocab)) {
       kernels::launch_sample_rows_wide(logits, int32_t(vocab_), valid_vocab, params,
                                        adjust_.as<kernels::LogitAdjust>(), rows,
-                                       scratch_.as<float>(), wide_.ptr(), ids_.as<int32_t>() + w,
-                                       nullptr, 0, /*draw=*/true, stream);
+                                       scratch_.as<float>(), wide_.ptr(), out + w, nullptr, 0,
+                                       /*draw=*/true, stream);
     } else {
       kernels::launch_sample_rows(logits, int32_t(vocab_), valid_vocab, params,
                                   adjust_.as<kernels::LogitAdjust>(), rows, scratch_.as<float>(),
-                                  ids_.as<int32_t>() + w, stream);
+                                  out + w, stream);
     }
   }
-  const int32_t* ids = fetch_ids(n, stream);
-  for (int32_t i = 0; i < n; ++i) out[which[size_t(i)]] = ids[i];
 }
 
 void DeviceSampler::probs(const float* logits, int32_t width,
@@ -169,6 +210,9 @@ void DeviceSampler::run_probs(const float* logits, int32_t width,
                static_cast<long long>(vocab_));
   const bool draw = !draws.empty();
   TANDEM_CHECK(!draw || draws.size() >= size_t(n), "%zu draws for %d rows", draws.size(), n);
+  for (int32_t i = 0; i < n; ++i) {
+    TANDEM_CHECK(requests[size_t(i)].fed < 0, "probability rows of fed request %d", i);
+  }
   std::vector<size_t> all(static_cast<size_t>(n));  // every request, in order
   for (int32_t i = 0; i < n; ++i) all[size_t(i)] = size_t(i);
   upload_rows(requests, all, draw, stream);

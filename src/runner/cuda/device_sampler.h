@@ -6,7 +6,9 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <memory>
 #include <span>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/sample.cuh"
@@ -26,6 +28,13 @@ class DeviceSampler {
   // Enqueues on `stream` and returns once the ids are on the host.
   void sample(const float* logits, int32_t valid_vocab, std::span<const SampleRequest> requests,
               std::span<const size_t> which, std::span<int32_t> out, cudaStream_t stream);
+  // The same draws into device memory, out[i] for requests[which[i]], enqueued without a wait
+  // (the runner's sample_async). A penalised request with fed >= 0 counts the token in
+  // fed_ids[fed] (device; the caller names the slot) as the last of its output
+  // (kernels/fed_penalty.cuh).
+  void sample_on_device(const float* logits, int32_t valid_vocab,
+                        std::span<const SampleRequest> requests, std::span<const size_t> which,
+                        int32_t* out, const int32_t* fed_ids, cudaStream_t stream);
 
   // The rows' probabilities over ids [0, width) (launch_probs_rows) into out [requests, width]
   // on the host: the processing sample() runs. With `draws` ([requests] or empty: none), each
@@ -49,9 +58,13 @@ class DeviceSampler {
                  cudaStream_t stream);
   // Rows [first, first + rows) of the uploaded settings all take the wide form.
   bool wave_is_wide(int32_t first, int32_t rows, int32_t valid_vocab) const;
-  // Each row's settings (and, when `draw`, its uniform) and penalty list to the device.
-  void upload_rows(std::span<const SampleRequest> requests, std::span<const size_t> which,
+  // Each row's settings (and, when `draw`, its uniform) and penalty list to the device; true
+  // when a row has a token on the device to count in (a placeholder entry ends its list).
+  bool upload_rows(std::span<const SampleRequest> requests, std::span<const size_t> which,
                    bool draw, cudaStream_t stream);
+  // Samples the n uploaded rows into out (device), a wave of kSampleMaxRows at a time.
+  void launch_waves(const float* logits, int32_t valid_vocab, int32_t n, int32_t* out,
+                    cudaStream_t stream);
   void append_adjustments(const SampleRequest& r, kernels::SampleRowParams& p);
   // The n rows' ids (tokens, or probs()' status) on the host once the stream gets there; a row
   // left with no finite logit is an error.
@@ -71,8 +84,12 @@ class DeviceSampler {
   DeviceBuffer adjust_;       // [adjust_capacity_] LogitAdjust, grown on demand
   PinnedBuffer adjust_host_;  // [adjust_capacity_] LogitAdjust
   size_t adjust_capacity_ = 0;
-  std::vector<kernels::LogitAdjust> adjust_list_;  // this call's entries, all rows
-  std::vector<int32_t> slot_of_id_;                // [vocab] index in adjust_list_, or -1
+  // Recorded after each upload's copies: sample_on_device returns before they run, so the next
+  // upload waits on it before it rewrites the pinned staging.
+  std::shared_ptr<std::remove_pointer_t<cudaEvent_t>> uploaded_;
+  std::vector<kernels::SampleRowParams> params_list_;  // this call's rows
+  std::vector<kernels::LogitAdjust> adjust_list_;      // this call's entries, all rows
+  std::vector<int32_t> slot_of_id_;                    // [vocab] index in adjust_list_, or -1
 };
 
 }  // namespace tandem
