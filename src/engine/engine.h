@@ -47,7 +47,7 @@ struct EngineOptions {
   int32_t threads = 0;                    // CPU runner threads; 0 = all cores
   bool trace = true;                      // --trace on|off: per-request spans and the ring
   bool prefix_caching = true;             // --prefix-caching on|off: share cached prompt pages
-  // --async-decode on|off: a plain greedy decode batch launches its next step before its tokens
+  // --async-decode on|off: a decode batch launches its next step before its tokens
   // are read, so the host's per-step work overlaps the device's (docs/async-decode.md).
   bool async_decode = true;
   // Admission order and preemption victims (engine/scheduling_policy.h): "fcfs".
