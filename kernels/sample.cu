@@ -6,6 +6,7 @@
 #include "block_reduce.cuh"
 #include "cuda_check.cuh"
 #include "sample_rows.cuh"
+#include "sample_wide.cuh"
 
 namespace tandem::kernels {
 namespace {
@@ -15,9 +16,8 @@ constexpr int kBins = 256;      // 8-bit digits: a key is found in 4 passes
 constexpr int kHistGroups = 8;  // 4 warps share a histogram: fewer same-address atomics
 // The prefilter keeps at most this many tokens in shared memory for the exact cuts.
 constexpr int kMaxCandidates = 2048;
-// Prefilter buckets: distance below the largest logit in steps of 1/8, 32 logits deep.
-constexpr int kBuckets = 256;
-constexpr float kBucketsPerLogit = 8.0f;
+constexpr int kBuckets = kSamplePrefilterBuckets;  // the prefilter's (sample_rows.cuh)
+constexpr int G = kSampleWideSlices;               // slices of a RowPrefilter's row
 // Top-p masses as integers of 2^-60: sums in any order give the same bits, so the cut does not
 // depend on the launch. A probability below 2^-60 weighs 0; it can only matter when the kept
 // mass is within 1e-18 of top_p.
@@ -131,7 +131,8 @@ __global__ void __launch_bounds__(kThreads)
     sample_kernel(const float* __restrict__ logits, int32_t stride, int32_t valid,
                   const SampleRowParams* __restrict__ params,
                   const LogitAdjust* __restrict__ adjust, float* __restrict__ scratch,
-                  int32_t* __restrict__ out, float* __restrict__ probs, int32_t probs_stride) {
+                  int32_t* __restrict__ out, float* __restrict__ probs, int32_t probs_stride,
+                  RowPrefilter pre) {
   __shared__ Shared sh;
   const SampleRowParams P = params[blockIdx.x];
   const float* src = logits + int64_t(P.logit_row) * stride;
@@ -141,22 +142,41 @@ __global__ void __launch_bounds__(kThreads)
   // instead of computing a double-precision exp again each: the same bits.
   double* e = reinterpret_cast<double*>(scratch + int64_t(kSampleMaxRows) * stride) +
               int64_t(blockIdx.x) * stride;
-  for (int i = threadIdx.x; i < valid; i += kThreads) row[i] = src[i];
-  __syncthreads();
-  for (int j = P.adjust_begin + int(threadIdx.x); j < P.adjust_end; j += kThreads) {
-    const LogitAdjust a = adjust[j];
-    if (a.id >= 0 && a.id < valid) row[a.id] = adjusted_logit(row[a.id], a, P);
+  // With a prefilter the row is in the scratch already, adjusted, and the passes over the whole
+  // row below take their results from its slices instead (launch_wide_prefilter).
+  const bool prefiltered = pre.max_value != nullptr;
+  const int slices = int(blockIdx.x) * G;  // this row's first slice
+  if (!prefiltered) {
+    for (int i = threadIdx.x; i < valid; i += kThreads) row[i] = src[i];
+    __syncthreads();
+    for (int j = P.adjust_begin + int(threadIdx.x); j < P.adjust_end; j += kThreads) {
+      const LogitAdjust a = adjust[j];
+      if (a.id >= 0 && a.id < valid) row[a.id] = adjusted_logit(row[a.id], a, P);
+    }
+    __syncthreads();
   }
-  __syncthreads();
-
-  constexpr bool kProbs = kMode != SampleMode::kDraw;
-  if (P.temperature == 0.0f) {
+  // The largest logit (ties to the lower id): the greedy token, softmax's shift and the
+  // prefilter's anchor.
+  auto row_argmax = [&]() {
     float bv = -INFINITY;
     int bi = 0x7fffffff;
+    if (prefiltered) {
+      for (int g = 0; g < G; ++g) {
+        const float v = pre.max_value[slices + g];
+        const int i = pre.max_id[slices + g];
+        if (argmax_better(v, i, bv, bi)) bv = v, bi = i;
+      }
+      return bi;
+    }
     for (int i = threadIdx.x; i < valid; i += kThreads) {
       if (argmax_better(row[i], i, bv, bi)) bv = row[i], bi = i;
     }
-    bi = block_argmax(bv, bi, sh.sv, sh.si);
+    return block_argmax(bv, bi, sh.sv, sh.si);
+  };
+
+  constexpr bool kProbs = kMode != SampleMode::kDraw;
+  if (P.temperature == 0.0f) {
+    const int bi = row_argmax();
     if constexpr (kProbs) {
       // Temperature 0 is the limit of a one-hot distribution at the argmax.
       float* dst = probs + int64_t(blockIdx.x) * probs_stride;
@@ -169,25 +189,22 @@ __global__ void __launch_bounds__(kThreads)
     return;
   }
 
-  // The largest logit: softmax's shift (it survives every cut) and the prefilter's anchor.
-  float m = -INFINITY;
-  int mi = 0x7fffffff;
-  for (int i = threadIdx.x; i < valid; i += kThreads) {
-    if (argmax_better(row[i], i, m, mi)) m = row[i], mi = i;
-  }
-  mi = block_argmax(m, mi, sh.sv, sh.si);
+  // Softmax's shift: the largest logit survives every cut.
+  const int mi = row_argmax();
   if (mi == 0x7fffffff || !isfinite(row[mi])) {  // nothing to sample from: the host reports it
     if (threadIdx.x == 0) out[blockIdx.x] = -1;
     return;
   }
-  m = row[mi];
+  const float m = row[mi];
   const double T = double(P.temperature);
   const double mT = double(m) / T;
   const bool cut_k = P.top_k > 0 && P.top_k < valid;
   const bool cut_p = P.top_p < 1.0f;
   // Without top-k the softmax runs over every finite logit; with it, over the top-k set (below).
   double sum = 0.0;
-  if (!cut_k) {
+  if (!cut_k && prefiltered) {  // the exp terms are written; their sum in slice order
+    for (int g = 0; g < G; ++g) sum += pre.exp_sum[slices + g];
+  } else if (!cut_k) {
     double local = 0.0;
     for (int i = threadIdx.x; i < valid; i += kThreads) {
       if (order_key(row[i]) > kNegInfKey) {
@@ -207,22 +224,38 @@ __global__ void __launch_bounds__(kThreads)
   int n = valid;
   if (cut_k || cut_p) {
     const float Tf = P.temperature;
-    auto bucket = [m](float l) { return __fmul_rn(__fsub_rn(m, l), kBucketsPerLogit); };
-    for (int b = threadIdx.x; b < kBuckets; b += kThreads) sh.pre.count[b] = 0, sh.pre.mass[b] = 0;
-    __syncthreads();
+    auto bucket = [m](float l) { return prefilter_bucket(m, l); };
     float z = 0.0f;
-    for (int i = threadIdx.x; i < valid; i += kThreads) {
-      const float l = row[i];
-      if (order_key(l) <= kNegInfKey) continue;
-      const float e = __expf((l - m) / Tf);
-      z += e;
-      const float d = bucket(l);
-      if (d < float(kBuckets)) {
-        atomicAdd(&sh.pre.count[int(d)], 1);
-        atomicAdd(&sh.pre.mass[int(d)], e);
+    if (prefiltered) {  // the slices' buckets and sums, added in slice order
+      for (int b = threadIdx.x; b < kBuckets; b += kThreads) {
+        int count = 0;
+        float mass = 0.0f;
+        for (int g = 0; g < G; ++g) {
+          count += pre.count[int64_t(slices + g) * kBuckets + b];
+          mass += pre.mass[int64_t(slices + g) * kBuckets + b];
+        }
+        sh.pre.count[b] = count, sh.pre.mass[b] = mass;
       }
+      for (int g = 0; g < G; ++g) z += pre.z[slices + g];
+      __syncthreads();
+    } else {
+      for (int b = threadIdx.x; b < kBuckets; b += kThreads) {
+        sh.pre.count[b] = 0, sh.pre.mass[b] = 0;
+      }
+      __syncthreads();
+      for (int i = threadIdx.x; i < valid; i += kThreads) {
+        const float l = row[i];
+        if (order_key(l) <= kNegInfKey) continue;
+        const float e = __expf((l - m) / Tf);
+        z += e;
+        const float d = bucket(l);
+        if (d < float(kBuckets)) {
+          atomicAdd(&sh.pre.count[int(d)], 1);
+          atomicAdd(&sh.pre.mass[int(d)], e);
+        }
+      }
+      z = block_sum(z, sh.sv);
     }
-    z = block_sum(z, sh.sv);
     if (threadIdx.x == 0) {
       int cut = -1, count = 0;
       float mass = 0.0f;
@@ -382,24 +415,27 @@ __global__ void __launch_bounds__(kThreads)
 
 void launch_sample_rows(const float* logits, int32_t row_stride, int32_t valid_vocab,
                         const SampleRowParams* params, const LogitAdjust* adjust, int32_t num_rows,
-                        float* scratch, int32_t* out, cudaStream_t stream) {
+                        float* scratch, int32_t* out, cudaStream_t stream,
+                        const RowPrefilter* pre) {
   if (num_rows == 0) return;
-  sample_kernel<SampleMode::kDraw><<<num_rows, kThreads, 0, stream>>>(
-      logits, row_stride, valid_vocab, params, adjust, scratch, out, nullptr, 0);
+  sample_kernel<SampleMode::kDraw>
+      <<<num_rows, kThreads, 0, stream>>>(logits, row_stride, valid_vocab, params, adjust, scratch,
+                                          out, nullptr, 0, pre != nullptr ? *pre : RowPrefilter{});
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 
 void launch_probs_rows(const float* logits, int32_t row_stride, int32_t valid_vocab,
                        const SampleRowParams* params, const LogitAdjust* adjust, int32_t num_rows,
                        float* scratch, int32_t* status, float* probs, int32_t probs_stride,
-                       bool draw, cudaStream_t stream) {
+                       bool draw, cudaStream_t stream, const RowPrefilter* pre) {
   if (num_rows == 0) return;
+  const RowPrefilter p = pre != nullptr ? *pre : RowPrefilter{};
   if (draw) {
     sample_kernel<SampleMode::kProbsDraw><<<num_rows, kThreads, 0, stream>>>(
-        logits, row_stride, valid_vocab, params, adjust, scratch, status, probs, probs_stride);
+        logits, row_stride, valid_vocab, params, adjust, scratch, status, probs, probs_stride, p);
   } else {
     sample_kernel<SampleMode::kProbs><<<num_rows, kThreads, 0, stream>>>(
-        logits, row_stride, valid_vocab, params, adjust, scratch, status, probs, probs_stride);
+        logits, row_stride, valid_vocab, params, adjust, scratch, status, probs, probs_stride, p);
   }
   TANDEM_CUDA_CHECK_LAUNCH();
 }

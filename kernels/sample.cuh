@@ -43,12 +43,29 @@ constexpr int32_t kAdjustBan = 2;     // min_tokens: eos/stop ids banned this st
 
 // Rows processed by one launch at most: each needs a private copy of its logits.
 constexpr int32_t kSampleMaxRows = 32;
+
+// What launch_wide_prefilter (sample_wide.cuh) leaves for a launch's rows, so that the one-block
+// kernel below skips its passes over the whole row: the row already copied and adjusted into the
+// scratch, and per slice g of a row r (index r * kSampleWideSlices + g) its largest logit, the
+// exp terms' sum (rows without top-k, whose exp terms are written too) and the prefilter's
+// bucket counts and masses. Null max_value: none (the kernel makes its own passes).
+struct RowPrefilter {
+  const float* max_value = nullptr;  // [rows, slices]
+  const int32_t* max_id = nullptr;   // [rows, slices]
+  const double* exp_sum = nullptr;   // [rows, slices]
+  const int32_t* count = nullptr;    // [rows, slices, kSamplePrefilterBuckets]
+  const float* mass = nullptr;       // [rows, slices, kSamplePrefilterBuckets]
+  const float* z = nullptr;          // [rows, slices]: Σ __expf((l - m) / T) of finite logits
+};
+// The prefilter's buckets: distance below the row's largest logit in steps of 1/8, 32 deep.
+constexpr int32_t kSamplePrefilterBuckets = 256;
 // The scratch a launch needs: [kSampleMaxRows, row_stride] fp32 (each row's processed logits)
 // followed by [kSampleMaxRows, row_stride] fp64 (each row's exp terms).
 constexpr size_t sample_scratch_bytes(int64_t row_stride) {
   return size_t(kSampleMaxRows) * size_t(row_stride) * (4 + 8);
 }
 
+// pre: launch_wide_prefilter's results for these rows in this scratch, or null.
 void launch_sample_rows(const float* logits,  // [*, row_stride] in, left unchanged
                         int32_t row_stride, int32_t valid_vocab,
                         const SampleRowParams* params,  // [num_rows] device
@@ -56,7 +73,7 @@ void launch_sample_rows(const float* logits,  // [*, row_stride] in, left unchan
                         int32_t num_rows,               // <= kSampleMaxRows
                         float* scratch,                 // sample_scratch_bytes(row_stride)
                         int32_t* out,                   // [num_rows] token ids
-                        cudaStream_t stream);
+                        cudaStream_t stream, const RowPrefilter* pre = nullptr);
 
 // The same processing, writing row i's probabilities over ids [0, valid_vocab) (zeros outside
 // the kept set; one-hot at the argmax for temperature 0), as logits_to_probs gives them up to
@@ -69,6 +86,7 @@ void launch_probs_rows(const float* logits, int32_t row_stride, int32_t valid_vo
                        float* scratch,    // sample_scratch_bytes(row_stride)
                        int32_t* status,   // [num_rows]
                        float* probs,      // [num_rows, probs_stride] fp32
-                       int32_t probs_stride, bool draw, cudaStream_t stream);
+                       int32_t probs_stride, bool draw, cudaStream_t stream,
+                       const RowPrefilter* pre = nullptr);
 
 }  // namespace tandem::kernels

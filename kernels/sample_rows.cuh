@@ -12,6 +12,12 @@ namespace tandem::kernels {
 
 constexpr uint32_t kNegInfKey = 0x007fffffu;  // order_key(-inf); NaN maps here too
 
+// The prefilter's bucket of logit l below the row's largest m (kSamplePrefilterBuckets of them,
+// 1/8 of a logit each); one rounding order wherever it is computed.
+__device__ __forceinline__ float prefilter_bucket(float m, float l) {
+  return __fmul_rn(__fsub_rn(m, l), 8.0f);
+}
+
 // Float order as unsigned order; NaN sorts with -inf (never sampled).
 __device__ __forceinline__ uint32_t order_key(float f) {
   const uint32_t b = __float_as_uint(isnan(f) ? -INFINITY : f);

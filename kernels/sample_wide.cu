@@ -16,13 +16,19 @@ constexpr int G = kSampleWideSlices;
 using ReduceD = cub::BlockReduce<double, kThreads>;
 using ScanD = cub::BlockScan<double, kThreads>;
 
-// The per-slice partials, [kSampleMaxRows, G] each, behind the fp64 rows in the wide scratch.
+constexpr int kBuckets = kSamplePrefilterBuckets;
+
+// The per-slice partials, [kSampleMaxRows, G] each (the buckets [kSampleMaxRows, G, kBuckets]),
+// behind the fp64 rows in the wide scratch.
 struct Partials {
   double* sum;    // exp terms
   double* total;  // probabilities
   double* mass;   // float(p / total) as the draw sums them
   float* max_value;
   int* max_id;
+  float* z;  // the prefilter's: Σ __expf((l - m) / T)
+  int* bucket_count;
+  float* bucket_mass;
 };
 
 __host__ __device__ inline Partials partials_of(void* wide, int64_t stride) {
@@ -34,6 +40,9 @@ __host__ __device__ inline Partials partials_of(void* wide, int64_t stride) {
   q.mass = q.total + n;
   q.max_value = reinterpret_cast<float*>(q.mass + n);
   q.max_id = reinterpret_cast<int*>(q.max_value + n);
+  q.z = reinterpret_cast<float*>(q.max_id + n);
+  q.bucket_count = reinterpret_cast<int*>(q.z + n);
+  q.bucket_mass = reinterpret_cast<float*>(q.bucket_count + n * kBuckets);
   return q;
 }
 
@@ -166,6 +175,64 @@ __global__ void __launch_bounds__(kThreads)
   store_block_sum(local, &q.mass[r * G + g]);
 }
 
+// The prefilter's pass over a slice of a row wide_max_kernel wrote (launch_wide_prefilter): the
+// exp terms and their sum where the one-block kernel's softmax runs over the whole row (no
+// top-k), and the candidate buckets where it cuts, as its own passes compute them.
+__global__ void __launch_bounds__(kThreads)
+    wide_bucket_kernel(int32_t stride, int32_t valid, const SampleRowParams* __restrict__ params,
+                       const float* __restrict__ scratch, double* __restrict__ e_rows, Partials q) {
+  __shared__ int count[kBuckets];
+  __shared__ float mass[kBuckets];
+  __shared__ float sv[32];
+  const int r = blockIdx.y, g = blockIdx.x;
+  const SampleRowParams P = params[r];
+  float m;
+  // Nothing to sample from, or greedy: the one-block kernel needs only the largest logit.
+  if (!row_max(q, r, m) || P.temperature == 0.0f) return;
+  const bool cut_k = P.top_k > 0 && P.top_k < valid;
+  const bool cut_p = P.top_p < 1.0f;
+  const float* row = scratch + int64_t(r) * stride;
+  int begin, end;
+  slice_of(valid, g, begin, end);
+  if (!cut_k) {
+    const double T = double(P.temperature);
+    const double mT = double(m) / T;
+    double* e = e_rows + int64_t(r) * stride;
+    double local = 0.0;
+    for (int i = begin + threadIdx.x; i < end; i += kThreads) {
+      const float l = row[i];
+      if (order_key(l) > kNegInfKey) {
+        e[i] = exp(double(l) / T - mT);
+        local += e[i];
+      }
+    }
+    store_block_sum(local, &q.sum[r * G + g]);
+  }
+  if (!cut_k && !cut_p) return;
+  for (int b = threadIdx.x; b < kBuckets; b += kThreads) count[b] = 0, mass[b] = 0.0f;
+  __syncthreads();
+  const float Tf = P.temperature;
+  float z = 0.0f;
+  for (int i = begin + threadIdx.x; i < end; i += kThreads) {
+    const float l = row[i];
+    if (order_key(l) <= kNegInfKey) continue;
+    const float e = __expf((l - m) / Tf);
+    z += e;
+    const float d = prefilter_bucket(m, l);
+    if (d < float(kBuckets)) {
+      atomicAdd(&count[int(d)], 1);
+      atomicAdd(&mass[int(d)], e);
+    }
+  }
+  z = block_sum(z, sv);  // its syncs order the histograms' atomics before the reads below
+  const int64_t at = (int64_t(r) * G + g) * kBuckets;
+  for (int b = threadIdx.x; b < kBuckets; b += kThreads) {
+    q.bucket_count[at + b] = count[b];
+    q.bucket_mass[at + b] = mass[b];
+  }
+  if (threadIdx.x == 0) q.z[r * G + g] = z;
+}
+
 // 5. One block a row: the status, or the inverse-CDF draw in id order over the written row
 // (the slice where the goal falls, then the thread range within it, as the one-block kernel).
 __global__ void __launch_bounds__(kThreads)
@@ -262,6 +329,31 @@ void launch_sample_rows_wide(const float* logits, int32_t row_stride, int32_t va
   wide_pick_kernel<<<num_rows, kThreads, 0, stream>>>(valid_vocab, params, dst, dst_stride, q,
                                                       probs == nullptr || draw, out);
   TANDEM_CUDA_CHECK_LAUNCH();
+}
+
+RowPrefilter launch_wide_prefilter(const float* logits, int32_t row_stride, int32_t valid_vocab,
+                                   const SampleRowParams* params, const LogitAdjust* adjust,
+                                   int32_t num_rows, float* scratch, void* wide_scratch,
+                                   cudaStream_t stream) {
+  const Partials q = partials_of(wide_scratch, row_stride);
+  RowPrefilter pre;
+  pre.max_value = q.max_value;
+  pre.max_id = q.max_id;
+  pre.exp_sum = q.sum;
+  pre.count = q.bucket_count;
+  pre.mass = q.bucket_mass;
+  pre.z = q.z;
+  if (num_rows == 0) return pre;
+  const dim3 grid(G, num_rows);
+  wide_max_kernel<<<grid, kThreads, 0, stream>>>(logits, row_stride, valid_vocab, params, adjust,
+                                                 scratch, q);
+  TANDEM_CUDA_CHECK_LAUNCH();
+  // The one-block kernel's exp terms: the fp64 rows behind its fp32 ones (sample.cuh).
+  double* e_rows = reinterpret_cast<double*>(scratch + int64_t(kSampleMaxRows) * row_stride);
+  wide_bucket_kernel<<<grid, kThreads, 0, stream>>>(row_stride, valid_vocab, params, scratch,
+                                                    e_rows, q);
+  TANDEM_CUDA_CHECK_LAUNCH();
+  return pre;
 }
 
 }  // namespace tandem::kernels

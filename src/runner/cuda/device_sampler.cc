@@ -133,6 +133,15 @@ const int32_t* DeviceSampler::fetch_ids(int32_t n, cudaStream_t stream) {
   return ids;
 }
 
+kernels::RowPrefilter DeviceSampler::prefilter(const float* logits, int32_t valid_vocab,
+                                               const kernels::SampleRowParams* params, int32_t rows,
+                                               cudaStream_t stream) {
+  if (force_one_block_) return {};
+  return kernels::launch_wide_prefilter(logits, int32_t(vocab_), valid_vocab, params,
+                                        adjust_.as<kernels::LogitAdjust>(), rows,
+                                        scratch_.as<float>(), wide_.ptr(), stream);
+}
+
 bool DeviceSampler::wave_is_wide(int32_t first, int32_t rows, int32_t valid_vocab) const {
   if (force_one_block_) return false;
   const auto* params = params_host_.as<kernels::SampleRowParams>() + first;
@@ -180,9 +189,10 @@ void DeviceSampler::launch_waves(const float* logits, int32_t valid_vocab, int32
                                        scratch_.as<float>(), wide_.ptr(), out + w, nullptr, 0,
                                        /*draw=*/true, stream);
     } else {
+      const kernels::RowPrefilter pre = prefilter(logits, valid_vocab, params, rows, stream);
       kernels::launch_sample_rows(logits, int32_t(vocab_), valid_vocab, params,
                                   adjust_.as<kernels::LogitAdjust>(), rows, scratch_.as<float>(),
-                                  out + w, stream);
+                                  out + w, stream, pre.max_value != nullptr ? &pre : nullptr);
     }
   }
 }
@@ -229,9 +239,11 @@ void DeviceSampler::run_probs(const float* logits, int32_t width,
           logits, int32_t(vocab_), width, params, adjust_.as<kernels::LogitAdjust>(), rows,
           scratch_.as<float>(), wide_.ptr(), ids_.as<int32_t>() + w, dst, width, draw, stream);
     } else {
+      const kernels::RowPrefilter pre = prefilter(logits, width, params, rows, stream);
       kernels::launch_probs_rows(logits, int32_t(vocab_), width, params,
                                  adjust_.as<kernels::LogitAdjust>(), rows, scratch_.as<float>(),
-                                 ids_.as<int32_t>() + w, dst, width, draw, stream);
+                                 ids_.as<int32_t>() + w, dst, width, draw, stream,
+                                 pre.max_value != nullptr ? &pre : nullptr);
     }
     if (device_rows == nullptr) {
       TANDEM_CUDA_CHECK(cudaMemcpyAsync(host_rows + size_t(w) * size_t(width), dst,

@@ -47,7 +47,7 @@ class DeviceSampler {
   void probs_on_device(const float* logits, int32_t width, std::span<const SampleRequest> requests,
                        float* rows, std::span<int32_t> draws, cudaStream_t stream);
 
-  // Every row on the one-block kernel, also those the wide form takes (tests compare the two).
+  // Every row on the one-block kernel alone (no wide form, no wide prefilter; tests compare).
   void set_one_block_only(bool on) { force_one_block_ = on; }
 
  private:
@@ -56,6 +56,12 @@ class DeviceSampler {
   void run_probs(const float* logits, int32_t width, std::span<const SampleRequest> requests,
                  float* device_rows, float* host_rows, std::span<int32_t> draws,
                  cudaStream_t stream);
+  // The one-block kernel's passes over whole rows spread over many blocks
+  // (kernels::launch_wide_prefilter) for a wave of uploaded rows; none (its max_value null) when
+  // every row is forced onto one block.
+  kernels::RowPrefilter prefilter(const float* logits, int32_t valid_vocab,
+                                  const kernels::SampleRowParams* params, int32_t rows,
+                                  cudaStream_t stream);
   // Rows [first, first + rows) of the uploaded settings all take the wide form.
   bool wave_is_wide(int32_t first, int32_t rows, int32_t valid_vocab) const;
   // Each row's settings (and, when `draw`, its uniform) and penalty list to the device; true
