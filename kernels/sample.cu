@@ -14,8 +14,7 @@ namespace {
 constexpr int kThreads = 1024;
 constexpr int kBins = 256;      // 8-bit digits: a key is found in 4 passes
 constexpr int kHistGroups = 8;  // 4 warps share a histogram: fewer same-address atomics
-// The prefilter keeps at most this many tokens in shared memory for the exact cuts.
-constexpr int kMaxCandidates = 2048;
+constexpr int kMaxCandidates = kSampleMaxCandidates;
 constexpr int kBuckets = kSamplePrefilterBuckets;  // the prefilter's (sample_rows.cuh)
 constexpr int G = kSampleWideSlices;               // slices of a RowPrefilter's row
 // Top-p masses as integers of 2^-60: sums in any order give the same bits, so the cut does not
@@ -48,6 +47,7 @@ struct Shared {
   unsigned long long above;
   double value;
   int chosen;
+  int candidates;
   int found;
   int last;
 };
@@ -226,18 +226,8 @@ __global__ void __launch_bounds__(kThreads)
     const float Tf = P.temperature;
     auto bucket = [m](float l) { return prefilter_bucket(m, l); };
     float z = 0.0f;
-    if (prefiltered) {  // the slices' buckets and sums, added in slice order
-      for (int b = threadIdx.x; b < kBuckets; b += kThreads) {
-        int count = 0;
-        float mass = 0.0f;
-        for (int g = 0; g < G; ++g) {
-          count += pre.count[int64_t(slices + g) * kBuckets + b];
-          mass += pre.mass[int64_t(slices + g) * kBuckets + b];
-        }
-        sh.pre.count[b] = count, sh.pre.mass[b] = mass;
-      }
-      for (int g = 0; g < G; ++g) z += pre.z[slices + g];
-      __syncthreads();
+    if (prefiltered) {  // the slices' buckets and sums
+      z = prefilter_totals(pre, int(blockIdx.x), sh.pre.count, sh.pre.mass);
     } else {
       for (int b = threadIdx.x; b < kBuckets; b += kThreads) {
         sh.pre.count[b] = 0, sh.pre.mass[b] = 0;
@@ -257,22 +247,22 @@ __global__ void __launch_bounds__(kThreads)
       z = block_sum(z, sh.sv);
     }
     if (threadIdx.x == 0) {
-      int cut = -1, count = 0;
-      float mass = 0.0f;
-      for (int b = 0; b < kBuckets; ++b) {
-        count += sh.pre.count[b];
-        mass += sh.pre.mass[b];
-        if (cut_k ? count >= P.top_k : mass >= 1.01f * P.top_p * z) {
-          cut = count <= kMaxCandidates ? b : -1;
-          break;
-        }
-      }
-      sh.chosen = cut;
+      sh.chosen = prefilter_walk(sh.pre.count, sh.pre.mass, z, P, cut_k, &sh.candidates);
     }
     __syncthreads();
     const int cut = sh.chosen;
     __syncthreads();
-    if (cut >= 0) {
+    if (cut >= 0 && prefiltered) {  // gathered by the slices (launch_wide_prefilter)
+      n = sh.candidates;
+      const int64_t at = int64_t(blockIdx.x) * kMaxCandidates;
+      for (int i = threadIdx.x; i < n; i += kThreads) {
+        sh.cand_val[i] = pre.cand_value[at + i];
+        sh.cand_id[i] = pre.cand_id[at + i];
+      }
+      __syncthreads();
+      vals = sh.cand_val;
+      ids = sh.cand_id;
+    } else if (cut >= 0) {
       const int per = (valid + kThreads - 1) / kThreads;
       const int begin = min(valid, int(threadIdx.x) * per), end = min(valid, begin + per);
       auto take = [&](float l) { return order_key(l) > kNegInfKey && bucket(l) < float(cut + 1); };

@@ -46,9 +46,10 @@ constexpr int32_t kSampleMaxRows = 32;
 
 // What launch_wide_prefilter (sample_wide.cuh) leaves for a launch's rows, so that the one-block
 // kernel below skips its passes over the whole row: the row already copied and adjusted into the
-// scratch, and per slice g of a row r (index r * kSampleWideSlices + g) its largest logit, the
-// exp terms' sum (rows without top-k, whose exp terms are written too) and the prefilter's
-// bucket counts and masses. Null max_value: none (the kernel makes its own passes).
+// scratch; per slice g of a row r (index r * kSampleWideSlices + g) its largest logit, the exp
+// terms' sum (rows without top-k, whose exp terms are written too) and the prefilter's bucket
+// counts and masses; and the prefilter's tokens. Null max_value: none (the kernel makes its own
+// passes).
 struct RowPrefilter {
   const float* max_value = nullptr;  // [rows, slices]
   const int32_t* max_id = nullptr;   // [rows, slices]
@@ -56,9 +57,14 @@ struct RowPrefilter {
   const int32_t* count = nullptr;    // [rows, slices, kSamplePrefilterBuckets]
   const float* mass = nullptr;       // [rows, slices, kSamplePrefilterBuckets]
   const float* z = nullptr;          // [rows, slices]: Σ __expf((l - m) / T) of finite logits
+  // [rows, kSampleMaxCandidates]: the prefilter's tokens in id order, where they fit.
+  const float* cand_value = nullptr;
+  const int32_t* cand_id = nullptr;
 };
 // The prefilter's buckets: distance below the row's largest logit in steps of 1/8, 32 deep.
 constexpr int32_t kSamplePrefilterBuckets = 256;
+// The prefilter keeps at most this many tokens (in shared memory) for the exact cuts.
+constexpr int32_t kSampleMaxCandidates = 2048;
 // The scratch a launch needs: [kSampleMaxRows, row_stride] fp32 (each row's processed logits)
 // followed by [kSampleMaxRows, row_stride] fp64 (each row's exp terms).
 constexpr size_t sample_scratch_bytes(int64_t row_stride) {

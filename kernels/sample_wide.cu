@@ -14,7 +14,9 @@ constexpr int kThreads = 256;
 constexpr int G = kSampleWideSlices;
 
 using ReduceD = cub::BlockReduce<double, kThreads>;
+using ReduceI = cub::BlockReduce<int, kThreads>;
 using ScanD = cub::BlockScan<double, kThreads>;
+using ScanI = cub::BlockScan<int, kThreads>;
 
 constexpr int kBuckets = kSamplePrefilterBuckets;
 
@@ -29,6 +31,8 @@ struct Partials {
   float* z;  // the prefilter's: Σ __expf((l - m) / T)
   int* bucket_count;
   float* bucket_mass;
+  float* cand_value;  // [kSampleMaxRows, kSampleMaxCandidates]
+  int* cand_id;
 };
 
 __host__ __device__ inline Partials partials_of(void* wide, int64_t stride) {
@@ -43,6 +47,8 @@ __host__ __device__ inline Partials partials_of(void* wide, int64_t stride) {
   q.z = reinterpret_cast<float*>(q.max_id + n);
   q.bucket_count = reinterpret_cast<int*>(q.z + n);
   q.bucket_mass = reinterpret_cast<float*>(q.bucket_count + n * kBuckets);
+  q.cand_value = q.bucket_mass + n * kBuckets;
+  q.cand_id = reinterpret_cast<int*>(q.cand_value + size_t(kSampleMaxRows) * kSampleMaxCandidates);
   return q;
 }
 
@@ -233,6 +239,56 @@ __global__ void __launch_bounds__(kThreads)
   if (threadIdx.x == 0) q.z[r * G + g] = z;
 }
 
+// The prefilter's tokens of a slice, after wide_bucket_kernel: every block finds the row's cut
+// from all slices' buckets as the one-block kernel does (prefilter_walk), takes its place after
+// the tokens of the slices before it (their bucket counts up to the cut) and writes its tokens
+// there in id order, so the row's candidates are the one-block gather's, position for position.
+__global__ void __launch_bounds__(kThreads)
+    wide_gather_kernel(int32_t stride, int32_t valid, const SampleRowParams* __restrict__ params,
+                       const float* __restrict__ scratch, RowPrefilter pre, Partials q) {
+  __shared__ int count[kBuckets];
+  __shared__ float mass[kBuckets];
+  __shared__ int cut_at, kept;
+  __shared__ union {
+    typename ReduceI::TempStorage reduce;
+    typename ScanI::TempStorage scan;
+  } tmp;
+  const int r = blockIdx.y, g = blockIdx.x;
+  const SampleRowParams P = params[r];
+  float m;
+  if (!row_max(q, r, m) || P.temperature == 0.0f) return;
+  const bool cut_k = P.top_k > 0 && P.top_k < valid;
+  if (!cut_k && !(P.top_p < 1.0f)) return;
+  const float z = prefilter_totals(pre, r, count, mass);
+  if (threadIdx.x == 0) cut_at = prefilter_walk(count, mass, z, P, cut_k, &kept);
+  __syncthreads();
+  const int cut = cut_at;
+  if (cut < 0) return;  // too many: the one-block kernel cuts over the whole row
+  int before = 0;
+  for (int b = threadIdx.x; b <= cut; b += kThreads) {
+    for (int h = 0; h < g; ++h) before += pre.count[int64_t(r * G + h) * kBuckets + b];
+  }
+  before = ReduceI(tmp.reduce).Sum(before);
+  if (threadIdx.x == 0) cut_at = before;  // every thread read `cut` above
+  __syncthreads();
+  int at = cut_at;
+  const float* row = scratch + int64_t(r) * stride;
+  float* cand_value = q.cand_value + int64_t(r) * kSampleMaxCandidates;
+  int* cand_id = q.cand_id + int64_t(r) * kSampleMaxCandidates;
+  int begin, end;
+  slice_of(valid, g, begin, end);
+  for (int base = begin; base < end; base += kThreads) {  // coalesced rounds, id order kept
+    const int i = base + int(threadIdx.x);
+    const float l = i < end ? row[i] : -INFINITY;
+    const int take = order_key(l) > kNegInfKey && prefilter_bucket(m, l) < float(cut + 1);
+    int pos = 0, taken = 0;
+    ScanI(tmp.scan).ExclusiveSum(take, pos, taken);
+    if (take) cand_value[at + pos] = l, cand_id[at + pos] = i;
+    at += taken;
+    __syncthreads();  // tmp is reused by the next round's scan
+  }
+}
+
 // 5. One block a row: the status, or the inverse-CDF draw in id order over the written row
 // (the slice where the goal falls, then the thread range within it, as the one-block kernel).
 __global__ void __launch_bounds__(kThreads)
@@ -343,6 +399,8 @@ RowPrefilter launch_wide_prefilter(const float* logits, int32_t row_stride, int3
   pre.count = q.bucket_count;
   pre.mass = q.bucket_mass;
   pre.z = q.z;
+  pre.cand_value = q.cand_value;
+  pre.cand_id = q.cand_id;
   if (num_rows == 0) return pre;
   const dim3 grid(G, num_rows);
   wide_max_kernel<<<grid, kThreads, 0, stream>>>(logits, row_stride, valid_vocab, params, adjust,
@@ -352,6 +410,9 @@ RowPrefilter launch_wide_prefilter(const float* logits, int32_t row_stride, int3
   double* e_rows = reinterpret_cast<double*>(scratch + int64_t(kSampleMaxRows) * row_stride);
   wide_bucket_kernel<<<grid, kThreads, 0, stream>>>(row_stride, valid_vocab, params, scratch,
                                                     e_rows, q);
+  TANDEM_CUDA_CHECK_LAUNCH();
+  wide_gather_kernel<<<grid, kThreads, 0, stream>>>(row_stride, valid_vocab, params, scratch, pre,
+                                                    q);
   TANDEM_CUDA_CHECK_LAUNCH();
   return pre;
 }

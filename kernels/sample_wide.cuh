@@ -31,15 +31,17 @@ inline bool sample_row_is_wide(const SampleRowParams& p, int32_t valid_vocab) {
 constexpr size_t sample_wide_scratch_bytes(int64_t row_stride) {
   return size_t(kSampleMaxRows) * size_t(row_stride) * 8 +
          size_t(kSampleMaxRows) * size_t(kSampleWideSlices) * (8 * 3 + 4 * 3) +
-         size_t(kSampleMaxRows) * size_t(kSampleWideSlices) * size_t(kSamplePrefilterBuckets) * 8;
+         size_t(kSampleMaxRows) * size_t(kSampleWideSlices) * size_t(kSamplePrefilterBuckets) * 8 +
+         size_t(kSampleMaxRows) * size_t(kSampleMaxCandidates) * 8;
 }
 
 // The one-block kernel's passes over a whole row (sample.cuh), for rows it keeps (a top-k, top-p
 // or min-p cut, or greedy with penalties or bans), spread over kSampleWideSlices blocks a row:
 // the copy and adjustment into `scratch`, the largest logit, the exp terms of rows without
-// top-k (into the scratch's fp64 rows) and the prefilter's buckets. On one SM these took
-// ~0.45 ms a 152k-id row (H100; a Qwen2.5-0.5B step drawn with Qwen's defaults, 1.05 ms against
-// 0.60 greedy); the one-block kernel then only gathers the candidates and cuts among them.
+// top-k (into the scratch's fp64 rows), the prefilter's buckets and its tokens (each slice
+// writes its own at its place in id order). On one SM these took ~0.45 ms a 152k-id row (H100;
+// a Qwen2.5-0.5B step drawn with Qwen's defaults, 1.05 ms against 0.60 greedy); the one-block
+// kernel then only cuts among the candidates.
 RowPrefilter launch_wide_prefilter(const float* logits, int32_t row_stride, int32_t valid_vocab,
                                    const SampleRowParams* params, const LogitAdjust* adjust,
                                    int32_t num_rows,    // <= kSampleMaxRows
