@@ -23,7 +23,7 @@ DeviceSampler::DeviceSampler(int64_t vocab, int32_t max_rows)
       slot_of_id_(size_t(vocab), -1) {
   // Room for a few thousand penalised ids up front; longer histories grow it (rarely, and
   // only between steps).
-  reserve_adjustments(size_t(max_rows) * 256);
+  reserve_adjustments(size_t(max_rows) * 256, nullptr);
   cudaEvent_t event = nullptr;
   TANDEM_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
   uploaded_.reset(event, [](cudaEvent_t e) { cudaEventDestroy(e); });
@@ -32,9 +32,10 @@ DeviceSampler::DeviceSampler(int64_t vocab, int32_t max_rows)
   force_one_block_ = env != nullptr && std::strcmp(env, "1") == 0;
 }
 
-void DeviceSampler::reserve_adjustments(size_t entries) {
+void DeviceSampler::reserve_adjustments(size_t entries, cudaStream_t stream) {
   if (entries <= adjust_capacity_) return;
-  // A kernel of an earlier call may still read the device list: freeing it waits for the device.
+  // A kernel of an earlier sample_on_device() may still read the device list being replaced.
+  TANDEM_CUDA_CHECK(cudaStreamSynchronize(stream));
   const size_t n = std::max(entries, 2 * adjust_capacity_);
   adjust_ = DeviceBuffer(n * sizeof(kernels::LogitAdjust));
   adjust_host_ = PinnedBuffer(n * sizeof(kernels::LogitAdjust));
@@ -108,7 +109,7 @@ bool DeviceSampler::upload_rows(std::span<const SampleRequest> requests,
   // the pinned staging rewritten below. The lists above were built meanwhile.
   TANDEM_CUDA_CHECK(cudaEventSynchronize(uploaded_.get()));
   std::memcpy(params_host_.as<void>(), params.data(), size_t(n) * sizeof(params[0]));
-  reserve_adjustments(adjust_list_.size());
+  reserve_adjustments(adjust_list_.size(), stream);
   if (!adjust_list_.empty()) {
     std::memcpy(adjust_host_.as<void>(), adjust_list_.data(),
                 adjust_list_.size() * sizeof(kernels::LogitAdjust));

@@ -75,7 +75,8 @@ class DeviceSampler {
   // The n rows' ids (tokens, or probs()' status) on the host once the stream gets there; a row
   // left with no finite logit is an error.
   const int32_t* fetch_ids(int32_t n, cudaStream_t stream);
-  void reserve_adjustments(size_t entries);
+  // Grows both lists to `entries` (waiting for `stream` first when it must).
+  void reserve_adjustments(size_t entries, cudaStream_t stream);
 
   int64_t vocab_ = 0;
   int32_t max_rows_ = 0;
