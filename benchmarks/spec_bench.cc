@@ -77,7 +77,6 @@ void rewind(Batch& b, int32_t input_len) {
     seq->draft_pages.num_tokens = input_len;
     seq->spec = SpecStats{};
     seq->spec_acceptance = 0.7;
-    seq->spec_steps = 0;
     seq->decode_steps = 0;
     seq->rng.counter = 0;  // every run draws the same stream
     seq->draft_rng.counter = 0;
@@ -181,7 +180,7 @@ SpecRun run_spec(ModelRunner& target, ModelRunner& draft, PagePool& target_pool,
   for (const Sequence* seq : b.ptrs) {
     all_proposed += seq->spec.proposed;
     all_accepted += seq->spec.accepted;
-    seq_steps += seq->spec_steps;
+    seq_steps += seq->spec.drafts;
   }
   run.k = config.fixed_k > 0 ? config.fixed_k : config.draft_max;
   run.mode = config.fixed_k > 0 ? "fixed" : "adaptive";

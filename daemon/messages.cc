@@ -280,7 +280,7 @@ Frame encode_finished(uint64_t id, const FinishEvent& e) {
   fb::Offset<wire::SpecStats> spec;
   if (e.spec) {
     spec = wire::CreateSpecStatsDirect(fbb, e.spec->proposed, e.spec->accepted,
-                                       &e.spec->accepted_per_position);
+                                       &e.spec->accepted_per_position, e.spec->drafts);
   }
   fb::Offset<wire::ErrorInfo> error;
   if (e.error) {
@@ -359,6 +359,7 @@ FinishEvent decode_finished(uint64_t id, const wire::Finished& f) {
   }
   if (const auto* s = f.spec()) {
     SpecStats spec;
+    spec.drafts = s->drafts();
     spec.proposed = s->proposed();
     spec.accepted = s->accepted();
     if (s->accepted_per_position()) {

@@ -127,9 +127,11 @@ nlohmann::ordered_json result_json(const std::vector<int32_t>& token_ids, const 
                   {"prefill_chunks", t.prefill_chunks},
                   {"decode_steps", t.decode_steps}};
   if (fin.spec) {
-    j["spec"] = {{"proposed", fin.spec->proposed},
+    j["spec"] = {{"drafts", fin.spec->drafts},
+                 {"proposed", fin.spec->proposed},
                  {"accepted", fin.spec->accepted},
                  {"acceptance_rate", fin.spec->acceptance_rate()},
+                 {"mean_accepted_length", fin.spec->mean_accepted_length()},
                  {"accepted_per_position", fin.spec->accepted_per_position}};
   }
   return j;
@@ -150,9 +152,12 @@ void print_timings(const FinishEvent& fin) {
                t.queue_ms, t.prefill_ms, t.prefill_chunks, t.kv_ship_ms, t.ttft_ms, t.decode_ms,
                t.decode_steps, t.tpot_ms, t.tpot_ms > 0 ? 1000.0 / t.tpot_ms : 0.0, t.e2e_ms);
   if (fin.spec) {
-    std::fprintf(stderr, "   accepted %9.1f %% (%lld of %lld draft tokens)\n",
+    std::fprintf(stderr,
+                 "   accepted %9.1f %% (%lld of %lld draft tokens; %.2f tokens a speculative "
+                 "step, %lld of them)\n",
                  100.0 * fin.spec->acceptance_rate(), static_cast<long long>(fin.spec->accepted),
-                 static_cast<long long>(fin.spec->proposed));
+                 static_cast<long long>(fin.spec->proposed), fin.spec->mean_accepted_length(),
+                 static_cast<long long>(fin.spec->drafts));
   }
 }
 

@@ -30,14 +30,20 @@ struct RequestTimings {
   double tpot_ms = 0;     // decode_ms / (completion_tokens - 1), 0 when < 2 tokens
   double e2e_ms = 0;      // arrival -> finish
   int32_t prefill_chunks = 0;
-  int32_t decode_steps = 0;
+  int32_t decode_steps = 0;  // steps that emitted tokens after the first (a speculative step: 1)
 };
 
 struct SpecStats {
+  int64_t drafts = 0;  // speculative steps: steps that proposed at least one draft token
   int64_t proposed = 0;
   int64_t accepted = 0;
   std::vector<int64_t> accepted_per_position;  // [draft_max]
   double acceptance_rate() const { return proposed ? double(accepted) / double(proposed) : 0.0; }
+  // Tokens a speculative step emitted on average: its accepted drafts plus the target's own
+  // token (vLLM's "mean acceptance length"); 0 before any.
+  double mean_accepted_length() const {
+    return drafts ? 1.0 + double(accepted) / double(drafts) : 0.0;
+  }
 };
 
 struct TokenEvent {

@@ -63,7 +63,6 @@ struct Sequence {
   double spec_acceptance = 0.7;
   double spec_accepted_decayed = 0.7;
   double spec_tried_decayed = 1.0;
-  int32_t spec_steps = 0;
   SpecStats spec;
 
   int32_t preemptions = 0;

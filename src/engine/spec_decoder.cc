@@ -489,7 +489,7 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
       }
       for (int32_t p = 0; p < accepted.num_accepted; ++p)
         seq.spec.accepted_per_position[size_t(p)]++;
-      seq.spec_steps++;
+      seq.spec.drafts++;
       observe_acceptance(seq, k, accepted.num_accepted);
     }
     result[i] = std::move(accepted.tokens);
@@ -545,8 +545,7 @@ void SpecDecoder::run_step(std::span<Sequence* const> seqs, PagePool& target_poo
     std::optional<FinishReason> reason;
     int32_t n = 0;
     for (int32_t token : emitted[i]) {
-      ++n;
-      if ((reason = emit_token(seq, token, now, Track::kVerify))) break;
+      if ((reason = emit_token(seq, token, now, Track::kVerify, /*step_start=*/n++ == 0))) break;
     }
     emitted_tokens += n;
     if (reason) {

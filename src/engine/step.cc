@@ -96,7 +96,7 @@ void Telemetry::on_finish(Sequence& seq, const FinishEvent& ev) {
   metrics.preemptions += uint64_t(seq.preemptions);
   metrics.count_finished(finish_reason_name(ev.reason));
   if (ev.spec) {
-    metrics.spec_drafts += uint64_t(seq.spec_steps);
+    metrics.spec_drafts += uint64_t(ev.spec->drafts);
     metrics.spec_draft_tokens += uint64_t(ev.spec->proposed);
     metrics.spec_accepted_tokens += uint64_t(ev.spec->accepted);
     metrics.count_accepted_per_position(ev.spec->accepted_per_position);
@@ -146,10 +146,10 @@ void commit_step(std::span<const ScheduledSeq> scheduled, BlockTable Sequence::*
 }
 
 std::optional<FinishReason> emit_token(Sequence& seq, int32_t token, Clock::time_point now,
-                                       Track track) {
+                                       Track track, bool step_start) {
   if (!seq.prefill_done) seq.prefill_done = now;
   if (!seq.first_token) seq.first_token = now;
-  if (seq.output_len() > 0) seq.decode_steps++;
+  if (step_start && seq.output_len() > 0) seq.decode_steps++;
   seq.tokens.push_back(token);
   Span detok;
   detok.name = "detokenize";

@@ -52,9 +52,10 @@ void commit_step(std::span<const ScheduledSeq> scheduled, BlockTable Sequence::*
 
 // Appends a sampled token, streams its text to the observer, checks stop conditions. Returns the
 // finish reason when the sequence is done. The detokenize span goes on `track` (the stage that
-// sampled the token).
+// sampled the token). `step_start`: the first token a decode step emits for the sequence, which
+// counts the step (a speculative step emits its accepted tokens after it with false).
 std::optional<FinishReason> emit_token(Sequence& seq, int32_t token, Clock::time_point now,
-                                       Track track = Track::kDecode);
+                                       Track track = Track::kDecode, bool step_start = true);
 
 // Metrics and the trace ring shared by every engine: observes a finished request.
 struct Telemetry {

@@ -68,6 +68,11 @@ class RunTest(unittest.TestCase):
         self.assertEqual(same["token_ids"], want)
         self.assertGreater(same["spec"]["proposed"], 0)
         self.assertEqual(same["spec"]["accepted"], same["spec"]["proposed"])
+        # Steps, not tokens: each step emits 1 + its accepted drafts after the first token.
+        s, t = same["spec"], same["timings"]
+        self.assertEqual(t["decode_steps"] + s["accepted"], len(want) - 1)
+        self.assertGreater(s["drafts"], 0)
+        self.assertAlmostEqual(s["mean_accepted_length"], 1 + s["accepted"] / s["drafts"])
 
     def test_prompt_ids_equal_the_tokenized_prompt(self):
         m = model("tiny-qwen", QWEN_TOK)

@@ -205,7 +205,7 @@ TEST_CASE("replies round-trip: finished, status, error") {
   fin.usage = {12, 3};
   fin.timings.ttft_ms = 4.5;
   fin.timings.decode_steps = 3;
-  fin.spec = SpecStats{10, 7, {4, 3}};
+  fin.spec = SpecStats{3, 10, 7, {4, 3}};
   fin.text_tail = "tail";
   auto bytes = bytes_of(encode_finished(77, fin));
   auto reply = verify_reply(bytes);
@@ -218,6 +218,9 @@ TEST_CASE("replies round-trip: finished, status, error") {
   CHECK(back.usage.prompt_tokens == 12);
   CHECK(back.timings.ttft_ms == 4.5);
   REQUIRE(back.spec.has_value());
+  CHECK(back.spec->drafts == 3);
+  CHECK(back.spec->proposed == 10);
+  CHECK(back.spec->accepted == 7);
   CHECK(back.spec->accepted_per_position == std::vector<int64_t>{4, 3});
   CHECK(back.text_tail == "tail");
 

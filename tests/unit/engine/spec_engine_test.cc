@@ -69,6 +69,15 @@ void check_spec_counts(const Run& run, bool self_draft) {
     REQUIRE(r.finish->spec);
     proposed += r.finish->spec->proposed;
     accepted += r.finish->spec->accepted;
+    // Each step emits one token plus the ones it accepted (k stays within max_tokens), after
+    // the prefill's first: the steps, not the tokens, are what decode_steps counts.
+    CHECK(r.finish->timings.decode_steps + r.finish->spec->accepted ==
+          r.finish->usage.completion_tokens - 1);
+    CHECK(r.finish->spec->drafts <= r.finish->timings.decode_steps);
+    if (r.finish->spec->drafts > 0) {
+      CHECK(r.finish->spec->mean_accepted_length() ==
+            doctest::Approx(1.0 + double(r.finish->spec->accepted) / r.finish->spec->drafts));
+    }
   }
   CHECK(proposed > 0);
   if (self_draft) {
@@ -89,6 +98,10 @@ TEST_CASE("two stages with a draft give the single-stage no-draft greedy tokens"
   EngineOptions ref;
   ref.page_size = 4;
   const Run want = run_all(ref, prompts, max_tokens);
+  for (const auto& [id, r] : want.results) {  // one step a token without a draft
+    REQUIRE(r.finish);
+    CHECK(r.finish->timings.decode_steps == r.finish->usage.completion_tokens - 1);
+  }
 
   struct Case {
     const char* name;
