@@ -312,7 +312,7 @@ Frame encode_status(uint64_t id, const DaemonStatus& s) {
     }
     memory.push_back(wire::CreateDeviceMemoryDirect(fbb, d.device.c_str(), d.total_bytes,
                                                     d.free_bytes, d.host_available_bytes, &parts,
-                                                    &settings));
+                                                    &settings, d.resident_bytes));
   }
   auto body = wire::CreateStatusReplyDirect(
       fbb, s.state.c_str(), s.model.c_str(), s.engine.running, s.engine.waiting, s.engine.finished,
@@ -396,6 +396,7 @@ DaemonStatus decode_status(const wire::StatusReply& r) {
       d.total_bytes = m->total_bytes();
       d.free_bytes = m->free_bytes();
       d.host_available_bytes = m->host_available_bytes();
+      d.resident_bytes = m->resident_bytes();
       if (m->parts()) {
         for (const auto* p : *m->parts()) {
           d.parts.push_back(MemoryPart{str(p->name()), p->bytes(), str(p->detail())});
@@ -439,6 +440,7 @@ nlohmann::ordered_json status_json(const DaemonStatus& s) {
     nlohmann::ordered_json dev = {
         {"device", d.device}, {"total_bytes", d.total_bytes}, {"free_bytes", d.free_bytes}};
     if (d.host_available_bytes) dev["host_available_bytes"] = d.host_available_bytes;
+    if (d.resident_bytes) dev["resident_bytes"] = d.resident_bytes;
     dev["parts"] = nlohmann::ordered_json::array();
     for (const MemoryPart& p : d.parts) {
       dev["parts"].push_back({{"name", p.name}, {"bytes", p.bytes}, {"detail", p.detail}});

@@ -27,8 +27,14 @@ void print_status(const daemon::DaemonStatus& s) {
   }
   auto mb = [](int64_t b) { return double(b) / (1 << 20); };
   for (const DeviceMemory& d : s.engine.memory) {
-    std::printf("\nmemory on %s%s: %.1f MiB total\n", d.device.c_str(),
-                d.device == "cpu" ? " (this process, virtual)" : "", mb(d.total_bytes));
+    if (d.device == "cpu") {
+      // Virtual size holds address space never touched (arenas, stacks, unwritten KV pages);
+      // resident is what the process holds in RAM now.
+      std::printf("\nmemory on cpu (this process): %.1f MiB virtual, %.1f MiB resident\n",
+                  mb(d.total_bytes), mb(d.resident_bytes));
+    } else {
+      std::printf("\nmemory on %s: %.1f MiB total\n", d.device.c_str(), mb(d.total_bytes));
+    }
     for (const MemoryPart& p : d.parts) {
       std::printf("  %-34s %10.1f MiB  %s\n", p.name.c_str(), mb(p.bytes), p.detail.c_str());
     }

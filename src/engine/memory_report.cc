@@ -15,18 +15,25 @@ namespace tandem {
 
 namespace {
 
+// MiB, or KiB below one (a tiny model's KV page would read "0.0 MiB").
 std::string mib(int64_t bytes) {
   char buf[48];
-  std::snprintf(buf, sizeof buf, "%.1f MiB", double(bytes) / double(1 << 20));
+  if (bytes > 0 && bytes < (1 << 20)) {
+    std::snprintf(buf, sizeof buf, "%.1f KiB", double(bytes) / 1024.0);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.1f MiB", double(bytes) / double(1 << 20));
+  }
   return buf;
 }
 
-// This process's virtual size (statm field 1, in pages).
-int64_t process_virtual_bytes() {
+// This process's virtual and resident sizes (statm fields 1 and 2, in pages).
+void process_bytes(int64_t& virtual_bytes, int64_t& resident_bytes) {
   std::ifstream statm("/proc/self/statm");
-  int64_t pages = 0;
-  statm >> pages;
-  return pages * int64_t(sysconf(_SC_PAGESIZE));
+  int64_t size = 0, resident = 0;
+  statm >> size >> resident;
+  const int64_t page = int64_t(sysconf(_SC_PAGESIZE));
+  virtual_bytes = size * page;
+  resident_bytes = resident * page;
 }
 
 int64_t host_available_bytes() {
@@ -120,7 +127,7 @@ std::vector<DeviceMemory> memory_report(const std::vector<RunnerRole>& runners,
                std::to_string(pages / std::max<int64_t>(1, pages_per_seq)) + " of them"});
     }
     if (cpu) {
-      d.total_bytes = process_virtual_bytes();
+      process_bytes(d.total_bytes, d.resident_bytes);
       d.free_bytes = 0;
       d.host_available_bytes = host_available_bytes();
       add("other", d.total_bytes - used, "code, heaps, thread stacks, mapped model files");

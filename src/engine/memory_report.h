@@ -7,7 +7,9 @@
 // The CPU backend: the "device" is this process. total is its virtual size (/proc/self/statm,
 // read now), free is 0 (the host's available memory is reported apart, as host_available_bytes),
 // and "other" is code, heaps, thread stacks and mapped model files: the parts + other sum
-// exactly to the process size.
+// exactly to the process size. Virtual size counts address space reserved but never touched
+// (each thread's glibc arena, stacks, KV pages not yet written), so resident_bytes (what `top`
+// calls RES: pages in RAM now, the model file's touched pages included) is reported beside it.
 #pragma once
 
 #include <cstdint>
@@ -38,6 +40,7 @@ struct DeviceMemory {
   int64_t total_bytes = 0;
   int64_t free_bytes = 0;
   int64_t host_available_bytes = 0;  // CPU only: MemAvailable of the host
+  int64_t resident_bytes = 0;        // CPU only: the process's resident set (not a part)
   std::vector<MemoryPart> parts;     // ends with "other"
   std::vector<SettingEffect> settings;
 };

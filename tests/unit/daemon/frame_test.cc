@@ -228,6 +228,13 @@ TEST_CASE("replies round-trip: finished, status, error") {
   st.state = "serving";
   st.engine.running = 2;
   st.engine.pools.push_back(PoolStatus{"target", "cpu", 16, 100, 9, 4096, 30});
+  DeviceMemory mem;
+  mem.device = "cpu";
+  mem.total_bytes = 5000;
+  mem.resident_bytes = 1200;
+  mem.host_available_bytes = 9000;
+  mem.parts.push_back(MemoryPart{"other", 5000, "code"});
+  st.engine.memory.push_back(mem);
   auto sb = bytes_of(encode_status(1, st));
   DaemonStatus sback = decode_status(*(*verify_reply(sb))->body_as_StatusReply());
   CHECK(sback.engine.running == 2);
@@ -235,6 +242,11 @@ TEST_CASE("replies round-trip: finished, status, error") {
   CHECK(status_json(sback)["pools"][0]["free_pages"] == 91);  // cached pages are free too
   CHECK(status_json(sback)["pools"][0]["cached_pages"] == 30);
   CHECK(sback.engine.pools[0].page_bytes == 4096);
+  REQUIRE(sback.engine.memory.size() == 1);
+  CHECK(sback.engine.memory[0].total_bytes == 5000);
+  CHECK(sback.engine.memory[0].resident_bytes == 1200);
+  CHECK(sback.engine.memory[0].host_available_bytes == 9000);
+  CHECK(status_json(sback)["memory"][0]["resident_bytes"] == 1200);
 
   for (int c = 0; c <= int(ErrorCode::kInternal); ++c) {
     CHECK(from_wire(to_wire(ErrorCode(c))) == ErrorCode(c));

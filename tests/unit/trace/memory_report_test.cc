@@ -41,6 +41,9 @@ TEST_CASE("CPU: target and draft parts + other == the process size; --kv-pages s
   CHECK(d.device == "cpu");
   CHECK(d.free_bytes == 0);
   CHECK(d.host_available_bytes > 0);
+  // Resident: at least the weights the runners copied or touched, at most the address space.
+  CHECK(d.resident_bytes > 0);
+  CHECK(d.resident_bytes <= d.total_bytes);
   check_sums(d);
   const MemoryPart* kv = find(d, "kv pool (target)");
   REQUIRE(kv);
