@@ -1,5 +1,6 @@
 // Reads tokenizer.json into Pipeline. Every component type tandem does not implement is a
 // kTokenizer error naming it, so a model never loads with silently different tokenization.
+#include <array>
 #include <nlohmann/json.hpp>
 
 #include "tokenizer/byte_level.h"
@@ -160,20 +161,76 @@ Status check_bpe_options(const json& model) {
   return Status::Ok();
 }
 
-Result<BpeModel> parse_bpe(const json& model, Pipeline& impl) {
+// model.vocab's entries and model.merges' members, taken out of the document while it is
+// parsed (BigLists::collect): Qwen's 151k of each as DOM nodes (a std::map node and its strings
+// per vocab entry) cost more to build, copy and free than the rest of loading (NOTES v44).
+struct BigLists {
+  std::vector<std::pair<std::string, json>> vocab;  // file order
+  std::vector<json> merges;                         // file order
+  std::string nested_vocab_value;                   // a vocab entry whose value is a container
+  std::string key;                                  // the vocab entry being read
+
+  // A parser callback: the document keeps model.vocab and model.merges as empty containers
+  // (their types still checked) and everything else as parsed. Depths as nlohmann counts them:
+  // the root's keys at 1, model's keys at 2, the lists' members at 3.
+  json::parser_callback_t collect() {
+    return [this, path = std::array<std::string, 3>{}](int depth, json::parse_event_t event,
+                                                       json& parsed) mutable {
+      using E = json::parse_event_t;
+      if (event == E::key && depth <= 2) {
+        path[size_t(depth)] = parsed.get<std::string>();
+        return true;
+      }
+      if (depth < 3 || path[1] != "model") return true;
+      if (path[2] == "vocab") {
+        if (depth > 3) return true;  // inside a container value, refused below
+        switch (event) {
+          case E::key:
+            key = parsed.get<std::string>();
+            return false;  // the entry lives in `vocab`, not in the document
+          case E::value:
+            vocab.emplace_back(std::move(key), std::move(parsed));
+            return false;
+          case E::object_start:
+          case E::array_start:
+            if (nested_vocab_value.empty()) nested_vocab_value = key.empty() ? "?" : key;
+            return false;
+          default:
+            return true;
+        }
+      }
+      if (path[2] == "merges" && depth == 3) {
+        // A member is a string ("a b") or a pair (["a", "b"]): a scalar at its value event, a
+        // container once complete.
+        if (event == E::value || event == E::array_end || event == E::object_end) {
+          merges.push_back(std::move(parsed));
+          return false;
+        }
+      }
+      return true;
+    };
+  }
+};
+
+Result<BpeModel> parse_bpe(const json& model, BigLists& lists, Pipeline& impl) {
   TANDEM_TRY(check_bpe_options(model));
-  const json& vocab = model.value("vocab", json::object());
-  if (!vocab.is_object() || vocab.empty()) return tok_error("model.vocab is missing or empty");
+  const auto vocab_at = model.find("vocab");
+  if (vocab_at == model.end() || !vocab_at->is_object() || lists.vocab.empty()) {
+    return tok_error("model.vocab is missing or empty");
+  }
+  if (!lists.nested_vocab_value.empty()) {
+    return tok_error("model.vocab: the id of '" + lists.nested_vocab_value + "' is not a number");
+  }
   bool ignore_merges = flag(model, "ignore_merges", false);
   std::unordered_map<std::string, int32_t> piece_ids;  // raw bytes -> id, for ignore_merges
-  if (ignore_merges) piece_ids.reserve(vocab.size());
-  impl.token_ids.reserve(vocab.size() + 1024);
+  if (ignore_merges) piece_ids.reserve(lists.vocab.size());
+  impl.token_ids.reserve(lists.vocab.size() + 1024);
   int32_t max_id = -1;
-  for (auto it = vocab.begin(); it != vocab.end(); ++it) {
-    int32_t id = it.value().get<int32_t>();
-    if (id < 0) return tok_error("model.vocab: negative id for '" + it.key() + "'");
+  for (auto& [token, value] : lists.vocab) {
+    int32_t id = value.get<int32_t>();
+    if (id < 0) return tok_error("model.vocab: negative id for '" + token + "'");
     max_id = std::max(max_id, id);
-    impl.token_ids.emplace(it.key(), id);
+    impl.token_ids.insert_or_assign(std::move(token), id);  // a repeated key: the last, as JSON
   }
   impl.id_bytes.assign(size_t(max_id) + 1, std::string());
   for (const auto& [token, id] : impl.token_ids) {
@@ -187,8 +244,11 @@ Result<BpeModel> parse_bpe(const json& model, Pipeline& impl) {
     auto it = impl.token_ids.find(byte_to_token_char(uint8_t(b)));
     if (it != impl.token_ids.end()) byte_ids[size_t(b)] = it->second;
   }
-  const json& merges = model.value("merges", json::array());
-  if (!merges.is_array()) return tok_error("model.merges is not a list");
+  const auto merges_at = model.find("merges");
+  if (merges_at != model.end() && !merges_at->is_array()) {
+    return tok_error("model.merges is not a list");
+  }
+  const std::vector<json>& merges = lists.merges;
   std::unordered_map<uint64_t, MergeResult> merge_map;
   merge_map.reserve(merges.size());
   std::string_view left, right;
@@ -262,7 +322,8 @@ Status check_decoder(const json& j) {
 }
 
 Result<Pipeline> parse_tokenizer_json_checked(std::string_view json_text) {
-  json j = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
+  BigLists lists;
+  json j = json::parse(json_text, lists.collect(), /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return tok_error("not a JSON object");
   Pipeline pipeline;
   Pipeline* impl = &pipeline;
@@ -270,7 +331,7 @@ Result<Pipeline> parse_tokenizer_json_checked(std::string_view json_text) {
   TANDEM_TRY(parse_pre_tokenizer(j.value("pre_tokenizer", json()), impl->pre_tokenizer));
   TANDEM_TRY(check_decoder(j.value("decoder", json())));
   if (!j.contains("model")) return tok_error("model is missing");
-  TANDEM_ASSIGN_OR_RETURN(BpeModel bpe, parse_bpe(j["model"], *impl));
+  TANDEM_ASSIGN_OR_RETURN(BpeModel bpe, parse_bpe(j["model"], lists, *impl));
   impl->bpe.emplace(std::move(bpe));
   impl->id_special.resize(impl->id_bytes.size(), 0);
   TANDEM_TRY(parse_added_tokens(j.value("added_tokens", json::array()), *impl));

@@ -62,6 +62,28 @@ TEST_CASE("merges apply by rank, leftmost first, in both file formats") {
   CHECK(tok.encode("aaaa", false) == Ids{256, 256});
 }
 
+TEST_CASE("vocab and merges read in any order; a repeated vocab key keeps its last id") {
+  // The parser takes both lists out of the document as it reads them (tokenizer_json.cc):
+  // the order of the file's members must not matter, nor lists of those names elsewhere.
+  const json j = tiny_tokenizer({"ab", "xy"}, json::array({"a b"}));
+  const std::string reordered = R"({"decoder": {"type": "ByteLevel"}, "added_tokens": [],
+      "normalizer": null, "pre_tokenizer": null, "post_processor": null,
+      "extra": {"vocab": {"ab": 5}, "merges": ["x y"]},
+      "model": {"merges": ["a b"], "type": "BPE", "vocab": )" +
+                                j["model"]["vocab"].dump() + "}}";
+  auto tok = Tokenizer::from_json(reordered, "");
+  REQUIRE_MESSAGE(tok.ok(), tok.error().to_string());
+  CHECK(tok->encode("abxy", false) == Ids{256, 'x', 'y'});
+  // "ab" twice: the last value wins, as in a parsed JSON object.
+  std::string twice = j.dump();
+  const size_t at = twice.find(R"("ab":256)");
+  REQUIRE(at != std::string::npos);
+  twice.insert(at, R"("ab":300,)");
+  auto last = Tokenizer::from_json(twice, "");
+  REQUIRE_MESSAGE(last.ok(), last.error().to_string());
+  CHECK(last->encode("ab", false) == Ids{256});
+}
+
 TEST_CASE("ignore_merges takes a whole piece found in the vocabulary") {
   json j = tiny_tokenizer({"ab", "abc"}, json{"a b"});
   CHECK(make(j).encode("abc", false) == Ids{256, 'c'});
@@ -199,6 +221,16 @@ TEST_CASE("components tandem does not implement are errors naming them") {
   bad = j;
   bad["model"]["vocab"]["a"] = "not an id";
   require_error(bad, "tokenizer.json");
+  bad = j;
+  bad["model"]["vocab"]["a"] = json::array({97});  // a container, not an id
+  require_error(bad, "the id of 'a' is not a number");
+  bad = j;
+  bad["model"]["vocab"] = json::array({0, 1});
+  require_error(bad, "model.vocab is missing or empty");
+  for (const json& member : {json(7), json{{"a", "b"}}, json::array({"a"})}) {
+    bad = tiny_tokenizer({"ab"}, json::array({member}));
+    require_error(bad, "merges[0]");
+  }
   auto garbage = Tokenizer::from_json("{not json", "");
   CHECK_FALSE(garbage.ok());
   auto bad_config = Tokenizer::from_json(j.dump(), R"({"bos_token": 5})");
