@@ -38,8 +38,10 @@ Result<TensorView> parse_entry(const MappedFile& f, const std::string& name,
   auto dt = e.find("dtype");
   auto sh = e.find("shape");
   auto off = e.find("data_offsets");
-  if (dt == e.end() || !dt->is_string()) return tensor_error(file, name, "missing 'dtype'");
-  if (sh == e.end() || !sh->is_array()) return tensor_error(file, name, "missing 'shape'");
+  if (dt == e.end()) return tensor_error(file, name, "missing 'dtype'");
+  if (!dt->is_string()) return tensor_error(file, name, "'dtype' must be a string");
+  if (sh == e.end()) return tensor_error(file, name, "missing 'shape'");
+  if (!sh->is_array()) return tensor_error(file, name, "'shape' must be a list of integers");
   if (off == e.end() || !off->is_array() || off->size() != 2 || !(*off)[0].is_number_unsigned() ||
       !(*off)[1].is_number_unsigned()) {
     return tensor_error(file, name, "'data_offsets' must be two non-negative integers");

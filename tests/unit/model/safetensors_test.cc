@@ -210,6 +210,18 @@ TEST_CASE("broken: negative shape entry and malformed entries name the tensor") 
       open_broken(dir, raw_safetensors(R"({"v":{"dtype":"F32","shape":[1]}})", f32_bytes({1})));
   CHECK(contains(no_offsets.message, "'v'"));
   CHECK(contains(no_offsets.message, "data_offsets"));
+  // Present but of the wrong type: said so, not "missing".
+  Error dtype_list = open_broken(
+      dir,
+      raw_safetensors(R"({"u":{"dtype":[0,1],"shape":[1],"data_offsets":[0,4]}})", f32_bytes({1})));
+  CHECK(contains(dtype_list.message, "'u': 'dtype' must be a string"));
+  Error shape_number = open_broken(
+      dir,
+      raw_safetensors(R"({"u":{"dtype":"F32","shape":1,"data_offsets":[0,4]}})", f32_bytes({1})));
+  CHECK(contains(shape_number.message, "'shape' must be a list"));
+  Error no_dtype = open_broken(
+      dir, raw_safetensors(R"({"u":{"shape":[1],"data_offsets":[0,4]}})", f32_bytes({1})));
+  CHECK(contains(no_dtype.message, "missing 'dtype'"));
 }
 
 TEST_CASE("a file that does not exist is kNotFound naming it") {
