@@ -37,7 +37,17 @@ struct BuiltPrompt {
 Result<BuiltPrompt> build_prompt(const Tokenizer& tokenizer, const ChatTemplate* chat_template,
                                  const PromptInput& input);
 
-// Renders messages with the template and the tokenizer's bos/eos strings.
+// Each message's content as the string the templates read (Qwen2.5 / Qwen3 / Llama 3.x all
+// take content as a string), the way vLLM's OpenAI server hands it to them: a list of OpenAI
+// content parts becomes its text parts ({"type": "text", "text": ...}, or plain strings) joined
+// with "\n"; null or absent (an assistant turn of tool calls) becomes "". Any other part
+// (image_url, audio, ...) or content type is a kInvalidArgument naming the message. Passed as
+// they came, a list reached the template as its Python repr (Llama 3.1 rendered
+// "[{'type': 'text', ...}]" as the prompt), null as "None", and Qwen3's failed inside it.
+Result<nlohmann::ordered_json> content_as_text(const nlohmann::ordered_json& messages);
+
+// Renders messages (their content as text, above) with the template and the tokenizer's bos/eos
+// strings.
 Result<std::string> render_chat(const Tokenizer& tokenizer, const ChatTemplate& chat_template,
                                 const nlohmann::ordered_json& messages, bool add_generation_prompt,
                                 const nlohmann::ordered_json& template_kwargs);
