@@ -219,7 +219,7 @@ Result<BpeModel> parse_bpe(const json& model, BigLists& lists, Pipeline& impl) {
     return tok_error("model.vocab is missing or empty");
   }
   if (!lists.nested_vocab_value.empty()) {
-    return tok_error("model.vocab: the id of '" + lists.nested_vocab_value + "' is not a number");
+    return tok_error("model.vocab: the id of '" + lists.nested_vocab_value + "' is not an integer");
   }
   bool ignore_merges = flag(model, "ignore_merges", false);
   std::unordered_map<std::string, int32_t> piece_ids;  // raw bytes -> id, for ignore_merges
@@ -227,6 +227,9 @@ Result<BpeModel> parse_bpe(const json& model, BigLists& lists, Pipeline& impl) {
   impl.token_ids.reserve(lists.vocab.size() + 1024);
   int32_t max_id = -1;
   for (auto& [token, value] : lists.vocab) {
+    if (!value.is_number_integer()) {
+      return tok_error("model.vocab: the id of '" + token + "' is not an integer");
+    }
     int32_t id = value.get<int32_t>();
     if (id < 0) return tok_error("model.vocab: negative id for '" + token + "'");
     max_id = std::max(max_id, id);

@@ -220,10 +220,10 @@ TEST_CASE("components tandem does not implement are errors naming them") {
   require_error(bad, "merges");
   bad = j;
   bad["model"]["vocab"]["a"] = "not an id";
-  require_error(bad, "tokenizer.json");
+  require_error(bad, "model.vocab: the id of 'a' is not an integer");
   bad = j;
   bad["model"]["vocab"]["a"] = json::array({97});  // a container, not an id
-  require_error(bad, "the id of 'a' is not a number");
+  require_error(bad, "the id of 'a' is not an integer");
   bad = j;
   bad["model"]["vocab"] = json::array({0, 1});
   require_error(bad, "model.vocab is missing or empty");
