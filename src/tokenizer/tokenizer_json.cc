@@ -19,6 +19,10 @@ Error tok_error(std::string message) {
   return make_error(ErrorCode::kTokenizer, "tokenizer.json: " + std::move(message));
 }
 
+// Ids index per-id tables sized by the largest one: a corrupt id of 2e9 would ask for 64 GB of
+// them. Real vocabularies stay far below (Qwen2.5 152k, Llama 3 128k, Gemma 256k).
+constexpr int64_t kMaxTokenId = (int64_t(1) << 24) - 1;
+
 std::string type_of(const json& j) {
   return j.is_object() && j.contains("type") && j["type"].is_string()
              ? j["type"].get<std::string>()
@@ -139,7 +143,14 @@ Status parse_post_processor(const json& j, Pipeline& impl) {
                        "' missing from special_tokens");
     }
     auto& dst = seen_sequence ? impl.post_suffix : impl.post_prefix;
-    for (const json& id : (*it)["ids"]) dst.push_back(id.get<int32_t>());
+    for (const json& id : (*it)["ids"]) {
+      const int64_t v = id.is_number_integer() ? id.get<int64_t>() : -1;
+      if (v < 0 || v >= int64_t(impl.id_bytes.size())) {
+        return tok_error("post_processor TemplateProcessing: special token '" + name + "' has id " +
+                         id.dump() + ", not a token of the vocabulary");
+      }
+      dst.push_back(int32_t(v));
+    }
   }
   return Status::Ok();
 }
@@ -230,8 +241,13 @@ Result<BpeModel> parse_bpe(const json& model, BigLists& lists, Pipeline& impl) {
     if (!value.is_number_integer()) {
       return tok_error("model.vocab: the id of '" + token + "' is not an integer");
     }
-    int32_t id = value.get<int32_t>();
-    if (id < 0) return tok_error("model.vocab: negative id for '" + token + "'");
+    const int64_t wide = value.get<int64_t>();
+    if (wide < 0) return tok_error("model.vocab: negative id for '" + token + "'");
+    if (wide > kMaxTokenId) {
+      return tok_error("model.vocab: id " + std::to_string(wide) + " of '" + token + "' is past " +
+                       std::to_string(kMaxTokenId));
+    }
+    const int32_t id = int32_t(wide);
     max_id = std::max(max_id, id);
     impl.token_ids.insert_or_assign(std::move(token), id);  // a repeated key: the last, as JSON
   }
@@ -292,7 +308,9 @@ Status parse_added_tokens(const json& added, Pipeline& impl) {
   std::vector<AddedToken> raw, normalized;
   for (const json& a : added) {
     AddedToken t;
-    t.id = a.value("id", -1);
+    const int64_t id =
+        a.contains("id") && a["id"].is_number_integer() ? a["id"].get<int64_t>() : -1;
+    t.id = id > kMaxTokenId ? -1 : int32_t(id);
     t.content = a.value("content", std::string());
     if (t.id < 0 || t.content.empty())
       return tok_error("added_tokens entry " + a.dump() + " is invalid");

@@ -188,6 +188,9 @@ TEST_CASE("post-processing: the file's template wins, else add_bos/add_eos from 
   CHECK(templated.encode("a", true) == Ids{300, 'a'});  // the template has no eos
   CHECK(templated.config().add_bos_token);
   CHECK_FALSE(templated.config().add_eos_token);
+  // An id past the vocabulary would reach the model as a prompt token.
+  j["post_processor"]["processors"][1]["special_tokens"]["<s>"]["ids"] = {2000000000};
+  require_error(j, "special token '<s>' has id 2000000000, not a token of the vocabulary");
 
   j["post_processor"] = {{"type", "RobertaProcessing"}};
   require_error(j, "RobertaProcessing");
@@ -224,6 +227,15 @@ TEST_CASE("components tandem does not implement are errors naming them") {
   bad = j;
   bad["model"]["vocab"]["a"] = json::array({97});  // a container, not an id
   require_error(bad, "the id of 'a' is not an integer");
+  bad = j;
+  bad["model"]["vocab"]["a"] = 2000000000;  // would size the per-id tables to 2e9 entries
+  require_error(bad, "model.vocab: id 2000000000 of 'a' is past");
+  bad = j;
+  bad["model"]["vocab"]["a"] = int64_t(1) << 32;  // not truncated to 0
+  require_error(bad, "is past");
+  bad = j;
+  bad["added_tokens"] = json::array({json{{"id", 2000000000}, {"content", "<x>"}}});
+  require_error(bad, "added_tokens entry");
   bad = j;
   bad["model"]["vocab"] = json::array({0, 1});
   require_error(bad, "model.vocab is missing or empty");
