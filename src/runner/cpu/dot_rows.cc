@@ -70,15 +70,23 @@ TANDEM_INLINE void token_tile(const float* x, int64_t ldx, const float* rows, in
   }
 }
 
+// How far ahead row_bf16 asks for weights, in bf16 elements (4 KiB): the rows are contiguous,
+// so this runs on into the next rows, and past the matrix's end it is a no-op.
+constexpr int64_t kBf16PrefetchAhead = 2048;
+
 // One token against one bf16 row, 8 weights widened (bits << 16, as bf16_to_f32) at a time. A
-// row at a time streams the weights in address order, which the hardware prefetcher follows
-// best: on a 2-core CI-like machine one thread read an lm_head-sized matrix this way at 18 GB/s,
-// against 7.3 and 10.6 with 2 and 4 rows interleaved and 15.5 for the scalar loop before.
+// row at a time streams the weights in address order: on a 2-core AMD EPYC machine one thread
+// read an lm_head-sized matrix this way at 18 GB/s, against 7.3 and 10.6 with 2 and 4 rows
+// interleaved and 15.5 for the scalar loop before (NOTES v38). On a 2-core Intel Xeon the
+// hardware prefetcher alone kept one thread at 7.4 GB/s from DRAM; a software prefetch a cache
+// line at a time, 4 KiB ahead, 14.4 (2 KiB 12.7, 8 KiB 14.1; two threads at once 13.6 each;
+// NOTES v44). The arithmetic, and so every bit, is unchanged.
 TANDEM_INLINE void row_bf16(const float* x, const uint16_t* row, int64_t k, const float* bias,
                             float* y) {
   f32x8 acc[1] = {};
   const int64_t k8 = k & ~int64_t(7);
   for (int64_t i = 0; i < k8; i += 8) {
+    if ((i & 31) == 0) __builtin_prefetch(row + i + kBf16PrefetchAhead);  // 64-byte lines
     const u32x8 bits = __builtin_convertvector(TANDEM_LOAD8_BF16(row + i), u32x8) << 16;
     acc[0] += TANDEM_LOAD8(x + i) * (f32x8)bits;  // a vector cast keeps the bits
   }
