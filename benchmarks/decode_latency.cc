@@ -111,6 +111,7 @@ int main(int argc, char** argv) {
   int page = 16;      // KV page size in tokens (vLLM's --block-size)
   bool graphs = true;
   bool device_timing = false;   // CUDA events around every forward (what --trace turns on)
+  bool async_decode = true;     // one-token steps as the engine runs them (latency.h)
   bool profile_decode = false;  // cudaProfilerStart before decoding (ncu --profile-from-start off)
   std::string quantization;     // "fp8": the random bf16 weights quantized at load
   std::string sampling = "greedy";  // greedy | qwen | llama: the models' generation_config
@@ -132,6 +133,8 @@ int main(int argc, char** argv) {
       profile_decode = v == "1";
     else if (k == "--device-timing")
       device_timing = v == "1";
+    else if (k == "--async-decode")
+      async_decode = v == "1";
     else if (k == "--quantization")
       quantization = v;
     else if (k == "--query-len")
@@ -164,6 +167,7 @@ int main(int argc, char** argv) {
   lo.output_len = output_len;
   lo.batch_size = batch;
   lo.query_len = query_len;
+  lo.async_decode = async_decode;
   const int pages_per_seq = bench::latency_pages_per_seq(lo, page);
   RunnerOptions opts;
   opts.device = "cuda:0";
@@ -205,6 +209,7 @@ int main(int argc, char** argv) {
   const std::string label =
       preset + (quantization.empty() ? "" : " " + quantization) + (graphs ? "" : " (no graphs)") +
       (device_timing ? " (device timing)" : "") +
+      (async_decode || query_len > 1 ? "" : " (synchronous steps)") +
       (sampling == "greedy" ? "" : ", " + sampling + " sampling") +
       (query_len > 1 ? ", " + std::to_string(query_len) + " tokens a step" : "");
   std::printf("%s\n", bench::to_json(lo, *res, label).c_str());

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -47,20 +48,24 @@ Result<LatencyResult> run_latency(ModelRunner& r, const LatencyOptions& o,
   std::vector<std::vector<int32_t>> pages(static_cast<size_t>(o.batch_size));
   for (int32_t s = 0; s < o.batch_size; ++s)
     for (int32_t p = 0; p < per_seq; ++p) pages[size_t(s)].push_back(s * per_seq + p);
-  std::vector<int32_t> prompt(static_cast<size_t>(o.input_len));
-  for (int32_t i = 0; i < o.input_len; ++i)
-    prompt[size_t(i)] = int32_t((int64_t(i) * 7919 + 13) % vocab);
+  // [batch_size][input_len]: each sequence its own prompt, so that its tokens are its own.
+  std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(o.batch_size));
+  for (int32_t s = 0; s < o.batch_size; ++s) {
+    for (int32_t i = 0; i < o.input_len; ++i) {
+      prompts[size_t(s)].push_back(int32_t((int64_t(i) * 7919 + 13 + int64_t(s) * 104729) % vocab));
+    }
+  }
 
   ResolvedSampling greedy;
   greedy.temperature = 0.0f;
   SampleRequest first;
   first.params = &greedy;
-  int32_t first_token = 0;
+  std::vector<int32_t> first_tokens(static_cast<size_t>(o.batch_size));  // [batch_size]
   auto prefill = [&](int32_t s) {
     SeqSlice sl{0, o.input_len, o.input_len, pages[size_t(s)]};
     const std::vector<int32_t> rows = {o.input_len - 1};
-    r.forward(ForwardBatch{prompt, std::span(&sl, 1), rows});
-    r.sample(std::span(&first, 1), std::span(&first_token, 1));
+    r.forward(ForwardBatch{prompts[size_t(s)], std::span(&sl, 1), rows});
+    r.sample(std::span(&first, 1), std::span(&first_tokens[size_t(s)], 1));
   };
   std::vector<double> ttft, prefill_spans;
   std::optional<ClockSampler> clocks;
@@ -81,7 +86,7 @@ Result<LatencyResult> run_latency(ModelRunner& r, const LatencyOptions& o,
 
   const size_t nb = static_cast<size_t>(o.batch_size);
   const size_t nt = nb * size_t(q);  // tokens (and logit rows) a step: [batch][query_len]
-  std::vector<int32_t> toks(nt, first_token), rows(nt), out(nt);
+  std::vector<int32_t> toks(nt), rows(nt), out(nt);
   std::vector<SampleRequest> reqs(nt);
   std::vector<SamplingRng> rngs(nb);
   std::vector<std::vector<int32_t>> outputs(nb);  // [batch][step] for the penalties
@@ -90,6 +95,7 @@ Result<LatencyResult> run_latency(ModelRunner& r, const LatencyOptions& o,
     outputs[s].reserve(size_t(o.output_len) * size_t(q));
   }
   for (size_t t = 0; t < nt; ++t) {
+    toks[t] = first_tokens[t / size_t(q)];
     rows[t] = int32_t(t);
     reqs[t].logit_index = int32_t(t);
     reqs[t].params = &o.decode_sampling;
@@ -99,26 +105,73 @@ Result<LatencyResult> run_latency(ModelRunner& r, const LatencyOptions& o,
   if (o.before_decode) o.before_decode();
   const int32_t warmup = std::min(3, (o.output_len - 1) / 2);
   std::vector<SeqSlice> sl(nb);
-  for (int32_t step = 0; step < o.output_len - 1; ++step) {
+  auto slices = [&](int32_t step) {
     for (size_t s = 0; s < nb; ++s) {
       sl[s] = {int32_t(s) * q, q, o.input_len + (step + 1) * q, pages[s]};
     }
-    if (step == warmup) clocks.emplace(r.pci_bus_id());
-    const auto t0 = std::chrono::steady_clock::now();
-    r.forward(ForwardBatch{toks, sl, rows});
-    for (size_t t = 0; t < nt; ++t) reqs[t].history = TokenHistory{prompt, outputs[t / size_t(q)]};
-    r.sample(reqs, out);
-    if (step >= warmup) steps.push_back(ms_since(t0));
+  };
+  auto device_span = [&](const std::shared_ptr<const DeviceInterval>& interval) {
     int64_t start_ns = 0, end_ns = 0;
-    const auto interval = r.last_forward_interval();
-    if (step >= warmup && interval && interval->resolve(start_ns, end_ns)) {
+    if (interval && interval->resolve(start_ns, end_ns)) {
       spans.push_back(double(end_ns - start_ns) * 1e-6);
     }
-    // Every row's token goes in, as if every proposal had been accepted.
-    toks = out;
-    for (size_t t = 0; t < nt; ++t) outputs[t / size_t(q)].push_back(out[t]);
+  };
+  const int32_t num_steps = o.output_len - 1;
+  if (o.async_decode && q == 1) {
+    // The engine's loop (AsyncDecode): step N + 1 goes to the device, its tokens fed from step
+    // N's ids there, before the host reads step N's. A step's time is the span between two
+    // reads of ids in a row.
+    std::vector<int32_t> fed(nt);
+    // [num_steps] each step's device span, read once its ids are back
+    std::vector<std::shared_ptr<const DeviceInterval>> intervals(static_cast<size_t>(num_steps));
+    auto launch = [&](int32_t step) {
+      slices(step);
+      const bool feeds = step > 0;
+      for (size_t t = 0; t < nt; ++t) fed[t] = feeds ? int32_t(t) : -1;
+      r.forward(ForwardBatch{toks, sl, rows,
+                             feeds ? std::span<const int32_t>(fed) : std::span<const int32_t>()});
+      intervals[size_t(step)] = r.last_forward_interval();
+      for (size_t t = 0; t < nt; ++t) {
+        reqs[t].history = TokenHistory{prompts[t], outputs[t]};
+        reqs[t].fed = fed[t];  // the id still on the device is the output's last
+      }
+      r.sample_async(reqs);
+    };
+    auto t_read = std::chrono::steady_clock::now();
+    launch(0);
+    for (int32_t step = 0; step < num_steps; ++step) {
+      if (step == warmup) clocks.emplace(r.pci_bus_id());
+      if (step + 1 < num_steps) launch(step + 1);
+      r.sample_wait(out);
+      const auto now = std::chrono::steady_clock::now();
+      if (step >= warmup) {
+        steps.push_back(std::chrono::duration<double, std::milli>(now - t_read).count());
+        device_span(intervals[size_t(step)]);
+      }
+      t_read = now;
+      for (size_t t = 0; t < nt; ++t) outputs[t].push_back(out[t]);
+    }
+  } else {
+    for (int32_t step = 0; step < num_steps; ++step) {
+      slices(step);
+      if (step == warmup) clocks.emplace(r.pci_bus_id());
+      const auto t0 = std::chrono::steady_clock::now();
+      r.forward(ForwardBatch{toks, sl, rows});
+      for (size_t t = 0; t < nt; ++t) {
+        reqs[t].history = TokenHistory{prompts[t / size_t(q)], outputs[t / size_t(q)]};
+      }
+      r.sample(reqs, out);
+      if (step >= warmup) {
+        steps.push_back(ms_since(t0));
+        device_span(r.last_forward_interval());
+      }
+      // Every row's token goes in, as if every proposal had been accepted.
+      toks = out;
+      for (size_t t = 0; t < nt; ++t) outputs[t / size_t(q)].push_back(out[t]);
+    }
   }
   LatencyResult res;
+  res.outputs = std::move(outputs);
   res.prefill_clocks = prefill_clocks;
   if (clocks) res.decode_clocks = clocks->stop();
   res.ttft_ms = median(ttft);
@@ -136,12 +189,14 @@ std::string to_json(const LatencyOptions& o, const LatencyResult& r, const std::
   char buf[768];
   std::snprintf(buf, sizeof(buf),
                 "{\"model\": \"%s\", \"input_len\": %d, \"output_len\": %d, \"batch_size\": %d, "
-                "\"query_len\": %d, \"ttft_ms\": %.3f, \"tpot_ms\": %.4f, \"tok_per_s\": %.1f, "
+                "\"query_len\": %d, \"async_decode\": %s, \"ttft_ms\": %.3f, \"tpot_ms\": %.4f, "
+                "\"tok_per_s\": %.1f, "
                 "\"weight_bytes_per_step\": %lld, \"achieved_tb_per_s\": %.3f, "
                 "\"mbu_vs_4p2\": %.3f",
-                label.c_str(), o.input_len, o.output_len, o.batch_size, o.query_len, r.ttft_ms,
-                r.tpot_ms, r.tok_per_s, static_cast<long long>(r.weight_bytes_per_step),
-                r.achieved_tb_per_s, r.mbu);
+                label.c_str(), o.input_len, o.output_len, o.batch_size, o.query_len,
+                o.async_decode && o.query_len == 1 ? "true" : "false", r.ttft_ms, r.tpot_ms,
+                r.tok_per_s, static_cast<long long>(r.weight_bytes_per_step), r.achieved_tb_per_s,
+                r.mbu);
   std::string json = buf;
   if (r.forward_device_ms > 0) {
     std::snprintf(buf, sizeof(buf), ", \"forward_device_ms\": %.4f", r.forward_device_ms);

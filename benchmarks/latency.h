@@ -1,14 +1,18 @@
 // The latency benchmark's measurement, on any ModelRunner (the CPU runner too): one prompt's
 // prefill (TTFT), then batch_size sequences decoding (greedily unless decode_sampling says
 // otherwise), one token per sequence per step (TPOT), as vLLM's benchmark_latency reports them.
-// Times are host-visible: each step ends when sample() has returned the ids. With query_len > 1
-// each step carries that many tokens a sequence, every one a logit row, as a speculative verify
-// pass does (k = query_len - 1): the step's cost as a function of k, apart from the draft.
+// Times are host-visible: each step ends when the host has the ids. With async_decode (the
+// engine's default, `--async-decode`) one-token steps run as the engine runs them: the next
+// step is launched, fed its tokens on the device, before this step's ids are read. With
+// query_len > 1 each step carries that many tokens a sequence, every one a logit row, as a
+// speculative verify pass does (k = query_len - 1): the step's cost as a function of k, apart
+// from the draft; such a step reads its ids at once.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "gpu_clocks.h"
@@ -22,6 +26,7 @@ struct LatencyOptions {
   int32_t batch_size = 1;
   int32_t query_len = 1;        // tokens a sequence per decode step, each sampled
   int32_t prefill_repeats = 5;  // TTFT is the median of these, after one warm-up
+  bool async_decode = true;     // query_len 1 only: a verify-shaped step reads its ids at once
   // Decode steps sample with these settings (default greedy); penalties see prompt + output.
   ResolvedSampling decode_sampling = [] {
     ResolvedSampling s;
@@ -47,6 +52,9 @@ struct LatencyResult {
   // The GPU's SM clock and power over the timed prefills and over the timed decode steps
   // (gpu_clocks.h); no samples on the CPU or without NVML.
   ClockStats prefill_clocks, decode_clocks;
+  // [batch_size][(output_len - 1) * query_len] the decode steps' ids, for checks that the
+  // asynchronous and the synchronous loop decode the same tokens.
+  std::vector<std::vector<int32_t>> outputs;
 };
 
 // Needs runner.num_pages() >= batch_size * latency_pages_per_seq(opts, page_size), room for

@@ -118,6 +118,11 @@ void register_bench(CLI::App& app, int& exit_code) {
                   "Tokens a sequence per decode step, each sampled (a verify pass of k = N - 1)")
       ->capture_default_str();
   lat->add_option("--page-size", f->page_size, "KV page size")->capture_default_str();
+  lat->add_option_function<std::string>(
+         "--async-decode", [f](const std::string& v) { f->opts.async_decode = v == "on"; },
+         "on|off: one-token steps as the engine runs them, the next launched before this one's "
+         "ids are read (default on)")
+      ->check(CLI::IsMember({"on", "off"}));
   lat->add_option("--quantization", f->quantization,
                   "fp8: quantize a float checkpoint's Linears at load");
   lat->add_flag("--json", f->json, "Print one JSON object");

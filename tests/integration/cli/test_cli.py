@@ -170,12 +170,21 @@ class BenchLatencyTest(unittest.TestCase):
         # tok/s and TPOT are printed rounded: a relative tolerance.
         self.assertAlmostEqual(r["tok_per_s"], 2 * 1000.0 / r["tpot_ms"],
                                delta=1e-3 * r["tok_per_s"])
+        # One-token steps run as the engine runs them unless --async-decode off.
+        self.assertIs(r["async_decode"], True)
+        off = json.loads(self.bench("--async-decode", "off").stdout)
+        self.assertIs(off["async_decode"], False)
+        self.assertGreater(off["tpot_ms"], 0)
+        bad = self.bench("--async-decode", "maybe", check=False)
+        self.assertNotEqual(bad.returncode, 0)
+        self.assertIn("--async-decode", bad.stderr)
 
     def test_verify_shaped_steps(self):
         # --query-len 5: every step carries 5 tokens a sequence, each sampled, as a speculative
         # verify pass of k = 4 does; tok/s counts all of them.
         r = json.loads(self.bench("--query-len", 5).stdout)
         self.assertEqual(r["query_len"], 5)
+        self.assertIs(r["async_decode"], False)  # a verify pass reads its ids at once
         self.assertGreater(r["tpot_ms"], 0)
         self.assertAlmostEqual(r["tok_per_s"], 2 * 5 * 1000.0 / r["tpot_ms"],
                                delta=1e-3 * r["tok_per_s"])
