@@ -56,6 +56,7 @@ DisaggregatedEngine::DisaggregatedEngine(
     decode_draft_view_ = draft_->runner->kv_pool_view();
     SpecConfig config = draft_->config;
     config.max_model_len = max_model_len_;
+    config.async_rounds = options.async_decode;
     spec_ = std::make_unique<SpecDecoder>(*decode_runner_, *draft_->runner, *draft_->pool, config,
                                           valid_vocab);
     spec_->set_pool_mutex(&pool_mu_);

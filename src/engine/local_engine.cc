@@ -32,6 +32,7 @@ LocalEngine::LocalEngine(const EngineOptions& options, ModelDir model, Tokenizer
     draft_->runner->set_valid_vocab(valid_vocab_);
     SpecConfig config = draft_->config;
     config.max_model_len = max_model_len_;
+    config.async_rounds = options.async_decode;
     spec_ = std::make_unique<SpecDecoder>(*runner_, *draft_->runner, *draft_->pool, config,
                                           valid_vocab_);
   }

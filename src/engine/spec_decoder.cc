@@ -285,7 +285,6 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
   // Draft: round r proposes token r of every sequence still proposing. The first round also
   // catches the draft up on tokens it has not computed (prompt, last bonus token).
   const int32_t max_k = *std::max_element(ks.begin(), ks.end());
-  double draft_ms = 0;
   // Every round's sampled rows stay in draft_rows_ until acceptance: a slot per sampled
   // sequence per round, `draft_used` of them taken so far.
   const int32_t most_k = std::max(policy_.config().draft_max, policy_.config().fixed_k);
@@ -294,31 +293,52 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
   for (size_t i = 0; i < n; ++i)
     if (!seqs[i]->params.greedy()) draft_needed += ks[i];
   if (draft_needed > 0) grow_rows(draft_rows_, draft_, draft_needed, W, most_seqs, most_k);
+  // An all-greedy batch pipelines its rounds, as --async-decode runs plain steps: round r + 1
+  // goes to the device, its tokens fed there from round r's argmax (ForwardBatch::fed), before
+  // the host reads round r's ids, so the host's turnaround between rounds overlaps the device.
+  // Sampled rows draw through probs_into(), whose ids the host reads at once.
+  const bool pipelined = policy_.config().async_rounds && draft_needed == 0;
+  std::vector<size_t> in_flight;        // the sequences of the round whose ids are unread
+  std::vector<int32_t> slot_of(n, -1);  // [seq] its request in that round, or -1
+  auto read_round = [&] {
+    std::vector<int32_t> ids(in_flight.size());
+    draft_.sample_wait(ids);
+    for (size_t j = 0; j < in_flight.size(); ++j) proposals[in_flight[j]].push_back(ids[j]);
+    in_flight.clear();
+  };
+  const double rounds_t0 = now_ms();
   for (int32_t r = 0; r < max_k; ++r) {
-    std::vector<int32_t> tokens, rows;
+    std::vector<int32_t> tokens, rows, fed;
     std::vector<SeqSlice> slices;
     std::vector<size_t> who;
     for (size_t i = 0; i < n; ++i) {
       if (ks[i] <= r) continue;
       Sequence& seq = *seqs[i];
-      // The draft's view: real tokens, then its proposals so far.
-      std::vector<int32_t> view(seq.tokens);
-      view.insert(view.end(), proposals[i].begin(), proposals[i].end());
+      // The draft's view: real tokens, then its r proposals so far, the last of them still on
+      // the device when its round is in flight.
+      const int64_t len = int64_t(seq.tokens.size());
+      const int64_t view_len = len + r;
       SeqSlice s;
       s.q_start = int32_t(tokens.size());
-      s.q_len = int32_t(int64_t(view.size()) - seq.draft_computed);
-      s.context_len = int32_t(view.size());
+      s.q_len = int32_t(view_len - seq.draft_computed);
+      s.context_len = int32_t(view_len);
       s.pages = seq.draft_pages.pages;
-      tokens.insert(tokens.end(), view.begin() + seq.draft_computed, view.end());
+      for (int64_t pos = seq.draft_computed; pos < view_len; ++pos) {
+        const size_t p = size_t(pos - len);  // the proposal's number when pos >= len
+        const bool on_device = pos >= len && p >= proposals[i].size();
+        tokens.push_back(pos < len ? seq.tokens[size_t(pos)] : on_device ? 0 : proposals[i][p]);
+        fed.push_back(on_device ? slot_of[i] : -1);
+      }
       rows.push_back(s.q_start + s.q_len - 1);
       last_max_catchup_ = std::max<int64_t>(last_max_catchup_, s.q_len - 1);
       slices.push_back(s);
       who.push_back(i);
-      seq.draft_computed = int64_t(view.size());
+      seq.draft_computed = view_len;
       seq.draft_pages.num_tokens = seq.draft_computed;
     }
-    const double t0 = now_ms();
-    draft_.forward(ForwardBatch{tokens, slices, rows});
+    const bool feeds = !in_flight.empty();
+    draft_.forward(ForwardBatch{
+        tokens, slices, rows, feeds ? std::span<const int32_t>(fed) : std::span<const int32_t>()});
     // Per row: the history the processors see (output + proposals so far) and the ids banned
     // before min_tokens. Greedy rows take the runner's sample() (on the GPU an argmax on the
     // device: only ids cross to the host); sampled rows take their probabilities and draws from
@@ -329,10 +349,20 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
       Sequence& seq = *seqs[who[j]];
       outs[j].assign(seq.output().begin(), seq.output().end());
       outs[j].insert(outs[j].end(), proposals[who[j]].begin(), proposals[who[j]].end());
-      suppress[j] = banned_ids(seq, outs[j].size());
-      const SampleRequest req{int32_t(j), &seq.params, TokenHistory{seq.prompt(), outs[j]},
-                              suppress[j], &seq.draft_rng};
+      // A proposal still on the device is the history's last token (SampleRequest::fed).
+      const int32_t pending = feeds ? slot_of[who[j]] : -1;
+      suppress[j] = banned_ids(seq, outs[j].size() + (pending >= 0 ? 1 : 0));
+      SampleRequest req{int32_t(j), &seq.params, TokenHistory{seq.prompt(), outs[j]}, suppress[j],
+                        &seq.draft_rng};
+      req.fed = pending;
       (seq.params.greedy() ? greedy_reqs : sampled_reqs).push_back(req);
+    }
+    if (pipelined) {
+      draft_.sample_async(greedy_reqs);
+      if (feeds) read_round();
+      in_flight = who;
+      for (size_t j = 0; j < who.size(); ++j) slot_of[who[j]] = int32_t(j);
+      continue;
     }
     std::vector<int32_t> greedy_ids(greedy_reqs.size());
     if (!greedy_reqs.empty()) draft_.sample(greedy_reqs, greedy_ids);
@@ -345,7 +375,6 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
       draft_.probs_into(sampled_reqs, draft_rows_, first_slot, sampled_ids);
       draft_used += int32_t(sampled_reqs.size());
     }
-    draft_ms += now_ms() - t0;
     size_t g = 0, s = 0;
     for (size_t j = 0; j < who.size(); ++j) {
       Sequence& seq = *seqs[who[j]];
@@ -359,6 +388,9 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
       proposals[who[j]].push_back(token);
     }
   }
+  if (!in_flight.empty()) read_round();
+  // Every round, the host's work between them included.
+  const double draft_ms = now_ms() - rounds_t0;
 
   // Target: one pass over [last token, proposals...] of every sequence, k+1 logit rows each.
   std::vector<int32_t> tokens, rows;

@@ -37,6 +37,9 @@ struct SpecConfig {
   int32_t max_forward_tokens = 0;
   int32_t max_model_len = 0;  // no verified position may reach past it; 0 = no limit
   int32_t fixed_k = 0;        // benchmarks: always propose this many (0 = the adaptive policy)
+  // --async-decode: an all-greedy batch launches each draft round before reading the last
+  // one's ids (their tokens fed on the device).
+  bool async_rounds = true;
 };
 
 // Host-visible times of the last step() (ms), for benchmarks and the cost model.

@@ -264,6 +264,64 @@ TEST_CASE("speculative decoding never changes greedy tokens, for every k and a m
   }
 }
 
+TEST_CASE(
+    "penalised greedy requests with a draft: the target-only tokens, rounds pipelined or not") {
+  // A presence penalty pushes each step away from the tokens already generated, so every
+  // proposal must join the draft's history; pipelined rounds (async decode on) keep the last one
+  // on the device (SampleRequest::fed) and count it there. The target as its own draft proposes
+  // exactly its own tokens only when it does.
+  const std::vector<int> lens = {5, 17, 33};
+  const int max_tokens = 20;
+  auto request = [&](size_t i) {
+    GenerateInput in = greedy(prompt_of(lens[i], int(i)), max_tokens);
+    in.sampling.presence_penalty = 2.0f;
+    return in;
+  };
+  int64_t proposed = 0, accepted = 0;
+  auto run = [&](EngineOptions o) {
+    auto engine = make_engine(o);
+    Collector col;
+    for (size_t i = 0; i < lens.size(); ++i) REQUIRE(engine->submit(i, request(i), &col).ok());
+    engine->run_until_idle();
+    std::map<uint64_t, std::vector<int32_t>> out;
+    proposed = accepted = 0;
+    for (size_t i = 0; i < lens.size(); ++i) {
+      REQUIRE(col.results[i].finish);
+      out[i] = col.results[i].ids;
+      if (const auto& spec = col.results[i].finish->spec) {
+        proposed += spec->proposed;
+        accepted += spec->accepted;
+      }
+    }
+    check_pages_free(*engine);
+    return out;
+  };
+  const auto want = run(EngineOptions{});
+  {  // the penalty matters here, or the checks below could not see it left out
+    auto plain = reference(lens, max_tokens);
+    CHECK(plain != want);
+  }
+  const std::string disagreeing = make_tiny("tandem-engine-test-tiny-qwen-seed11", 11);
+  for (const std::string& draft : {disagreeing, tiny_model()}) {
+    for (bool async : {true, false}) {
+      for (int k : {2, 5}) {
+        CAPTURE(draft == tiny_model());
+        CAPTURE(async);
+        CAPTURE(k);
+        EngineOptions o;
+        o.draft_dir = draft;
+        o.draft_max = k;
+        o.draft_min = 1;
+        o.page_size = 4;
+        o.async_decode = async;
+        CHECK(run(o) == want);
+        CHECK(proposed > 0);
+        if (draft == tiny_model()) CHECK(accepted == proposed);
+      }
+    }
+  }
+}
+
 TEST_CASE("above --spec-max-batch the plain decode step runs: no verify pass, the same tokens") {
   // The target as its own draft: any speculative step would propose (and accept). Four requests
   // of equal lengths. One stage: they decode together throughout, so a limit of 3 keeps every
@@ -371,10 +429,10 @@ TEST_CASE("sampled requests with a draft: a self-draft accepts every proposal, r
       GenerateInput in = greedy(prompt_of(9 + 7 * i, i), 10);
       // Few candidates and a strong penalty: a history one token short on either side would
       // leave that token's probability in play there and reject a third of the proposals.
-      in.sampling.temperature = 0.8f;
+      in.sampling.presence_penalty = 2.0f;
       in.sampling.top_k = 3;
-      in.sampling.top_p = 0.95f;
-      in.sampling.repetition_penalty = 20.0f;
+      in.sampling.presence_penalty = 2.0f;
+      in.sampling.presence_penalty = 2.0f;
       in.sampling.ignore_eos = false;
       in.sampling.min_tokens = 6;  // eos banned for 6 tokens, on the draft's rows and the target's
       in.sampling.seed = 100 + uint64_t(i);
