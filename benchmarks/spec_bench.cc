@@ -100,19 +100,61 @@ void plain_step(ModelRunner& target, std::span<Sequence* const> seqs) {
   for (size_t i = 0; i < sb.sampling.size(); ++i) sb.sampling[i]->tokens.push_back(next[i]);
 }
 
+// A plain step launched with each sequence's token still on the device from the last
+// sample_async() (`ahead` = 1), or from its token list (0), sampled asynchronously: what
+// AsyncDecode (the engines' --async-decode) launches.
+void launch_plain(ModelRunner& target, std::span<Sequence* const> seqs, int32_t ahead) {
+  StepBatch sb;
+  std::vector<int32_t> fed;
+  for (Sequence* seq : seqs) {
+    SeqSlice s;
+    s.q_start = int32_t(sb.tokens.size());
+    s.q_len = 1;
+    s.context_len = int32_t(seq->num_computed + ahead + 1);
+    s.pages = seq->pages.pages;
+    fed.push_back(ahead > 0 ? int32_t(sb.slices.size()) : -1);
+    sb.tokens.push_back(ahead > 0 ? 0 : seq->tokens[size_t(seq->num_computed)]);
+    sb.logit_rows.push_back(s.q_start);
+    sb.sampling.push_back(seq);
+    sb.slices.push_back(s);
+  }
+  ForwardBatch view = sb.view();
+  if (ahead > 0) view.fed = fed;
+  target.forward(view);
+  std::vector<std::vector<int32_t>> suppress;
+  std::vector<SampleRequest> reqs = sample_requests(sb, ahead, suppress);
+  for (size_t i = 0; i < reqs.size(); ++i) reqs[i].fed = fed[i];
+  target.sample_async(reqs);
+}
+
 // Plain decoding, one token per sequence per step. Returns the mean step time after two warm-up
 // steps: the same statistic as the speculative runs' (their time over their steps; the median
-// until session 20). A batch the policy leaves plain runs this very step (plain_step).
+// until session 20). A batch the policy leaves plain runs this very step (plain_step). With
+// async_decode the steps run as the engines run them by default: step N + 1 is launched before
+// step N's tokens are read, and a step's time is the span between two reads.
 double run_plain(ModelRunner& target, Batch& b, const SpecBenchOptions& o) {
   double total_ms = 0;
   int32_t timed = 0;
-  for (int32_t step = 0; step + 1 < o.output_len; ++step) {
-    const auto t0 = std::chrono::steady_clock::now();
-    plain_step(target, b.ptrs);
+  const int32_t steps = o.output_len - 1;
+  std::vector<ScheduledSeq> sched;
+  for (Sequence* seq : b.ptrs) sched.push_back({seq, 1});
+  std::vector<int32_t> ids(b.ptrs.size());
+  auto t0 = std::chrono::steady_clock::now();
+  if (o.async_decode) launch_plain(target, b.ptrs, 0);
+  for (int32_t step = 0; step < steps; ++step) {
+    if (o.async_decode) {
+      if (step + 1 < steps) launch_plain(target, b.ptrs, 1);
+      target.sample_wait(ids);
+      commit_step(sched, &Sequence::pages);
+      for (size_t i = 0; i < ids.size(); ++i) b.ptrs[i]->tokens.push_back(ids[i]);
+    } else {
+      plain_step(target, b.ptrs);
+    }
     if (step >= 2) {  // two warm-up steps
       total_ms += ms_since(t0);
       ++timed;
     }
+    t0 = std::chrono::steady_clock::now();
   }
   return timed > 0 ? total_ms / timed : 0.0;
 }
@@ -238,6 +280,7 @@ Result<std::vector<SpecBatchResult>> run_spec_bench(ModelRunner& target, ModelRu
       c.fixed_k = k;
       c.max_batch = 1 << 30;
       c.max_forward_tokens = o.max_forward_tokens;
+      c.async_rounds = o.async_decode;
       configs.push_back(c);
     }
     SpecConfig adaptive;
@@ -245,6 +288,7 @@ Result<std::vector<SpecBatchResult>> run_spec_bench(ModelRunner& target, ModelRu
     adaptive.draft_max = o.ks.back();
     adaptive.max_batch = o.spec_max_batch;
     adaptive.max_forward_tokens = o.max_forward_tokens;
+    adaptive.async_rounds = o.async_decode;
     configs.push_back(adaptive);
     for (const SpecConfig& c : configs) {
       if (c.fixed_k == 0) {
@@ -285,6 +329,7 @@ std::string spec_bench_json(const SpecBenchOptions& o, const std::vector<SpecBat
   j["input_len"] = o.input_len;
   j["output_len"] = o.output_len;
   j["temperature"] = o.temperature;
+  j["async_decode"] = o.async_decode;
   j["results"] = nlohmann::ordered_json::array();
   for (const SpecBatchResult& r : results) {
     nlohmann::ordered_json b;

@@ -27,6 +27,10 @@ struct SpecBenchOptions {
   // this temperature, unseeded generators fixed per sequence: the rejection rule runs, and the
   // tokens differ from the plain run's (the distributions are equal), so no comparison is made.
   float temperature = 0.0f;
+  // The engines' --async-decode (default on): plain steps launched before the last one's tokens
+  // are read, and an all-greedy speculative step's draft rounds likewise (SpecConfig::
+  // async_rounds). Off: both synchronous.
+  bool async_decode = true;
 };
 
 struct SpecRun {

@@ -43,6 +43,11 @@ void register_bench_spec(CLI::App* bench, int& exit_code) {
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--page-size", f->page_size, "KV page size")->capture_default_str();
+  cmd->add_option_function<std::string>(
+         "--async-decode", [f](const std::string& v) { f->opts.async_decode = v == "on"; },
+         "on|off: plain steps and greedy draft rounds launched before the last one's ids are read, "
+         "as the engines run them (default on)")
+      ->check(CLI::IsMember({"on", "off"}));
   cmd->add_option("--threads", f->threads, "CPU runner threads (0 = all cores)");
   cmd->add_option("--quantization", f->quantization,
                   "Quantize the float target at load: fp8 (docs/quantization.md)");

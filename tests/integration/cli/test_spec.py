@@ -101,6 +101,20 @@ class BenchSpecTest(unittest.TestCase):
                 self.assertEqual(s["plain_step_ms"] > 0, s["plain_steps"] > 0, s)
 
 
+    def test_bench_spec_async_decode_on_and_off_give_the_same_tokens(self):
+        # On (the default): plain steps and greedy draft rounds launched before the last one's
+        # ids are read, as the engines run them; off: synchronous. Every run's tokens equal the
+        # plain run's either way, and the JSON says which ran.
+        target = pattern_model("target", 0, seed=1)
+        draft = pattern_model("draft_0.25", 0.25, seed=2)
+        for flag in ("on", "off"):
+            r = bench(target, draft, "--batch-sizes", "1,3", "--ks", "3", "--output-len", 20,
+                      "--async-decode", flag)
+            self.assertIs(r["async_decode"], flag == "on")
+            for b in r["results"]:
+                for s in b["spec"]:
+                    self.assertTrue(s["outputs_match"], (flag, s))
+
     def test_bench_spec_above_the_spec_batch_limit_runs_plain_steps(self):
         # As the engines do: a batch above --spec-max-batch proposes nothing and takes the
         # plain step, every step of the adaptive run; fixed k ignores the limit.
