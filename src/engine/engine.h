@@ -48,7 +48,8 @@ struct EngineOptions {
   bool trace = true;                      // --trace on|off: per-request spans and the ring
   bool prefix_caching = true;             // --prefix-caching on|off: share cached prompt pages
   // --async-decode on|off: a decode batch launches its next step before its tokens
-  // are read, so the host's per-step work overlaps the device's (docs/async-decode.md).
+  // are read, so the host's per-step work overlaps the device's, and an all-greedy speculative
+  // step its next draft round likewise (docs/async-decode.md).
   bool async_decode = true;
   // Admission order and preemption victims (engine/scheduling_policy.h): "fcfs".
   std::string scheduling_policy = "fcfs";
