@@ -33,7 +33,8 @@ int32_t slices_of(int32_t width) {
 __global__ void __launch_bounds__(kThreads)
     argmax_slices_kernel(const float* __restrict__ logits, RowList rows, int32_t stride,
                          int32_t valid, uint32_t* __restrict__ tickets,
-                         Partial* __restrict__ partials, int32_t* __restrict__ out) {
+                         Partial* __restrict__ partials, int32_t* __restrict__ out,
+                         int32_t* __restrict__ out_copy) {
   __shared__ float sv[32];
   __shared__ int si[32];
   __shared__ bool last;
@@ -72,6 +73,7 @@ __global__ void __launch_bounds__(kThreads)
   warp_argmax(bv, bi);
   if (threadIdx.x == 0) {
     out[r] = bi == kNone ? 0 : bi;
+    if (out_copy != nullptr) out_copy[r] = out[r];
     tickets[r] = 0;  // ready for the next launch on this scratch (stream order)
   }
 }
@@ -85,7 +87,8 @@ size_t argmax_scratch_bytes(int32_t row_width) {
 
 void launch_argmax_rows(const float* logits, const int32_t* rows, int32_t num_rows,
                         int32_t row_stride, int32_t valid_vocab, void* scratch,
-                        size_t scratch_bytes, int32_t* out, cudaStream_t stream) {
+                        size_t scratch_bytes, int32_t* out, cudaStream_t stream,
+                        int32_t* out_copy) {
   if (num_rows <= 0) return;
   if (valid_vocab < 1 || valid_vocab > row_stride ||
       scratch_bytes < argmax_scratch_bytes(valid_vocab)) {
@@ -101,7 +104,8 @@ void launch_argmax_rows(const float* logits, const int32_t* rows, int32_t num_ro
     for (int32_t i = 0; i < n; ++i) list.row[i] = rows[first + i];
     const dim3 grid(unsigned(slices_of(valid_vocab)), unsigned(n));
     argmax_slices_kernel<<<grid, kThreads, 0, stream>>>(logits, list, row_stride, valid_vocab,
-                                                        tickets, partials, out + first);
+                                                        tickets, partials, out + first,
+                                                        out_copy ? out_copy + first : nullptr);
     TANDEM_CUDA_CHECK_LAUNCH();
   }
 }

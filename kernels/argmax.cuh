@@ -29,6 +29,9 @@ void launch_argmax_rows(const float* logits,  // [*, row_stride] in
                         void* scratch,  // argmax_scratch_bytes(valid_vocab), device
                         size_t scratch_bytes,
                         int32_t* out,  // [num_rows] out token ids; device or mapped host
-                        cudaStream_t stream);
+                        cudaStream_t stream,
+                        // [num_rows] or null: the same ids again, e.g. mapped host memory, so
+                        // that a device copy needs no copy of its own to reach the host
+                        int32_t* out_copy = nullptr);
 
 }  // namespace tandem::kernels

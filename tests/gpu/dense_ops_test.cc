@@ -321,11 +321,15 @@ int32_t host_argmax(const float* row, int32_t valid) {
 // Runs launch_argmax_rows over rows of `logits` ([*, stride]) into poisoned device memory.
 std::vector<int32_t> device_argmax(const Dev<float>& logits, const std::vector<int32_t>& rows,
                                    int32_t stride, int32_t valid, Dev<char>& scratch) {
-  Dev<int32_t> out(rows.size());
+  Dev<int32_t> out(rows.size()), copy(rows.size());
   out.poison();
+  copy.poison();
+  // Every call writes the second copy too (sample_async's mapped host ids): it must equal out.
   kernels::launch_argmax_rows(logits.p, rows.data(), int32_t(rows.size()), stride, valid, scratch.p,
-                              scratch.n, out.p, nullptr);
-  return out.get<int32_t>();
+                              scratch.n, out.p, nullptr, copy.p);
+  std::vector<int32_t> ids = out.get<int32_t>();
+  CHECK(copy.get<int32_t>() == ids);
+  return ids;
 }
 
 // Scratch for rows of `width` columns, zeroed as the kernel's contract asks.

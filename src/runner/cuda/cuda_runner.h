@@ -195,9 +195,10 @@ class CudaRunner final : public ModelRunner {
     int32_t buffer = 0;
     std::vector<int32_t> slots;  // [requests] each request's place among the ids
   };
-  DeviceBuffer async_ids_dev_;                        // [max_logits] int32
-  DeviceBuffer async_stage_dev_;                      // [max_logits] int32
-  PinnedBuffer async_ids_host_[2];                    // [max_logits] int32 each
+  DeviceBuffer async_ids_dev_;    // [max_logits] int32
+  DeviceBuffer async_stage_dev_;  // [max_logits] int32
+  PinnedBuffer
+      async_ids_host_[2];  // [max_logits] int32 each, mapped: an all-greedy argmax writes here
   cudaEvent_t async_copied_[2] = {nullptr, nullptr};  // after each buffer's copy
   std::deque<AsyncSample> async_pending_;
   int32_t async_next_ = 0;
