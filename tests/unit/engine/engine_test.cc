@@ -32,6 +32,17 @@ const std::string& tiny_model() {
   return dir;
 }
 
+// A draft proposing up to k tokens a step, on 4-token pages (proposals and rollbacks cross page
+// boundaries).
+EngineOptions spec_options(const std::string& draft, int k) {
+  EngineOptions o;
+  o.draft_dir = draft;
+  o.draft_max = k;
+  o.draft_min = 1;
+  o.page_size = 4;
+  return o;
+}
+
 std::unique_ptr<Engine> make_engine(EngineOptions o) {
   o.model_dir = tiny_model();
   // The CPU runner's default pool (2 GiB, untouched until used) would be filled and refilled by
@@ -246,12 +257,7 @@ TEST_CASE("speculative decoding never changes greedy tokens, for every k and a m
     for (int k = 1; k <= 8; ++k) {
       CAPTURE(self);
       CAPTURE(k);
-      EngineOptions o;
-      o.draft_dir = draft;
-      o.draft_max = k;
-      o.draft_min = 1;
-      o.page_size = 4;  // proposals and rollbacks cross page boundaries
-      auto engine = make_engine(o);
+      auto engine = make_engine(spec_options(draft, k));
       const auto [proposed, accepted] = run_greedy_spec(*engine, lens, max_tokens, want);
       CHECK(proposed > 0);
       if (self) {
@@ -308,11 +314,7 @@ TEST_CASE(
         CAPTURE(draft == tiny_model());
         CAPTURE(async);
         CAPTURE(k);
-        EngineOptions o;
-        o.draft_dir = draft;
-        o.draft_max = k;
-        o.draft_min = 1;
-        o.page_size = 4;
+        EngineOptions o = spec_options(draft, k);
         o.async_decode = async;
         CHECK(run(o) == want);
         CHECK(proposed > 0);
