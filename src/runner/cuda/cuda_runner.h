@@ -197,9 +197,10 @@ class CudaRunner final : public ModelRunner {
   };
   DeviceBuffer async_ids_dev_;    // [max_logits] int32
   DeviceBuffer async_stage_dev_;  // [max_logits] int32
-  PinnedBuffer
-      async_ids_host_[2];  // [max_logits] int32 each, mapped: an all-greedy argmax writes here
-  cudaEvent_t async_copied_[2] = {nullptr, nullptr};  // after each buffer's copy
+  // [max_logits] int32 each, mapped: an all-greedy call's argmax writes its ids here itself,
+  // the others' ids are copied in.
+  PinnedBuffer async_ids_host_[2];
+  cudaEvent_t async_copied_[2] = {nullptr, nullptr};  // after each buffer's ids have landed
   std::deque<AsyncSample> async_pending_;
   int32_t async_next_ = 0;
   std::vector<int32_t> last_async_slots_;  // the last call's AsyncSample::slots

@@ -3,6 +3,8 @@
 // default) must decode the tokens the synchronous one does, penalties included.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+
 #include "latency.h"
 #include "model/model_dir.h"
 #include "test_paths.h"
