@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/check.h"
+#include "engine/async_decode.h"
 #include "engine/sequence.h"
 #include "engine/spec_decoder.h"
 #include "engine/step.h"
@@ -100,33 +101,6 @@ void plain_step(ModelRunner& target, std::span<Sequence* const> seqs) {
   for (size_t i = 0; i < sb.sampling.size(); ++i) sb.sampling[i]->tokens.push_back(next[i]);
 }
 
-// A plain step launched with each sequence's token still on the device from the last
-// sample_async() (`ahead` = 1), or from its token list (0), sampled asynchronously: what
-// AsyncDecode (the engines' --async-decode) launches.
-void launch_plain(ModelRunner& target, std::span<Sequence* const> seqs, int32_t ahead) {
-  StepBatch sb;
-  std::vector<int32_t> fed;
-  for (Sequence* seq : seqs) {
-    SeqSlice s;
-    s.q_start = int32_t(sb.tokens.size());
-    s.q_len = 1;
-    s.context_len = int32_t(seq->num_computed + ahead + 1);
-    s.pages = seq->pages.pages;
-    fed.push_back(ahead > 0 ? int32_t(sb.slices.size()) : -1);
-    sb.tokens.push_back(ahead > 0 ? 0 : seq->tokens[size_t(seq->num_computed)]);
-    sb.logit_rows.push_back(s.q_start);
-    sb.sampling.push_back(seq);
-    sb.slices.push_back(s);
-  }
-  ForwardBatch view = sb.view();
-  if (ahead > 0) view.fed = fed;
-  target.forward(view);
-  std::vector<std::vector<int32_t>> suppress;
-  std::vector<SampleRequest> reqs = sample_requests(sb, ahead, suppress);
-  for (size_t i = 0; i < reqs.size(); ++i) reqs[i].fed = fed[i];
-  target.sample_async(reqs);
-}
-
 // Plain decoding, one token per sequence per step. Returns the mean step time after two warm-up
 // steps: the same statistic as the speculative runs' (their time over their steps; the median
 // until session 20). A batch the policy leaves plain runs this very step (plain_step). With
@@ -138,12 +112,13 @@ double run_plain(ModelRunner& target, Batch& b, const SpecBenchOptions& o) {
   const int32_t steps = o.output_len - 1;
   std::vector<ScheduledSeq> sched;
   for (Sequence* seq : b.ptrs) sched.push_back({seq, 1});
-  std::vector<int32_t> ids(b.ptrs.size());
+  std::vector<int32_t> ids(b.ptrs.size()), fed(b.ptrs.size());
+  for (size_t i = 0; i < fed.size(); ++i) fed[i] = int32_t(i);
   auto t0 = std::chrono::steady_clock::now();
-  if (o.async_decode) launch_plain(target, b.ptrs, 0);
+  if (o.async_decode) launch_decode_step(target, sched, {}, 0);
   for (int32_t step = 0; step < steps; ++step) {
     if (o.async_decode) {
-      if (step + 1 < steps) launch_plain(target, b.ptrs, 1);
+      if (step + 1 < steps) launch_decode_step(target, sched, fed, 1);
       target.sample_wait(ids);
       commit_step(sched, &Sequence::pages);
       for (size_t i = 0; i < ids.size(); ++i) b.ptrs[i]->tokens.push_back(ids[i]);

@@ -27,10 +27,10 @@ void AsyncDecode::advance(bool may_continue) {
   inflight_ = std::move(following);
 }
 
-AsyncDecode::Step AsyncDecode::start(std::vector<ScheduledSeq> scheduled,
-                                     std::span<const int32_t> fed, int32_t ahead) {
-  Step step;
-  step.start_ns = trace_now_ns();
+std::shared_ptr<const DeviceInterval> launch_decode_step(ModelRunner& runner,
+                                                         std::span<const ScheduledSeq> scheduled,
+                                                         std::span<const int32_t> fed,
+                                                         int32_t ahead) {
   // A sequence's query sits at num_computed + ahead; with ahead = 1 its token (fed) is not in
   // seq.tokens yet.
   StepBatch batch;
@@ -45,19 +45,29 @@ AsyncDecode::Step AsyncDecode::start(std::vector<ScheduledSeq> scheduled,
     batch.logit_rows.push_back(slice.q_start);
     batch.sampling.push_back(&seq);
     batch.slices.push_back(slice);
-    step.ids.push_back(seq.id);
-    step.arrivals.push_back(seq.arrival_order);
   }
   ForwardBatch view = batch.view();
   view.fed = fed;
-  runner_.forward(view);
-  step.device = runner_.last_forward_interval();
+  runner.forward(view);
+  std::shared_ptr<const DeviceInterval> device = runner.last_forward_interval();
   std::vector<std::vector<int32_t>> suppress;
   std::vector<SampleRequest> requests = sample_requests(batch, ahead, suppress);
   // The fed token is the output's last, not in seq.tokens yet: the penalties count it on the
   // device.
   for (size_t i = 0; i < fed.size(); ++i) requests[i].fed = fed[i];
-  runner_.sample_async(requests);
+  runner.sample_async(requests);
+  return device;
+}
+
+AsyncDecode::Step AsyncDecode::start(std::vector<ScheduledSeq> scheduled,
+                                     std::span<const int32_t> fed, int32_t ahead) {
+  Step step;
+  step.start_ns = trace_now_ns();
+  for (const ScheduledSeq& s : scheduled) {
+    step.ids.push_back(s.seq->id);
+    step.arrivals.push_back(s.seq->arrival_order);
+  }
+  step.device = launch_decode_step(runner_, scheduled, fed, ahead);
   return step;
 }
 

@@ -21,6 +21,15 @@
 
 namespace tandem {
 
+// Launches one decode token of each scheduled sequence (its block table Sequence::pages) and
+// samples them asynchronously (sample_async). `ahead` (0 or 1): tokens of each sequence still
+// on the device, whose ids `fed` names as in ForwardBatch::fed (empty when ahead is 0). Returns
+// the forward's device interval (null without device timing).
+std::shared_ptr<const DeviceInterval> launch_decode_step(ModelRunner& runner,
+                                                         std::span<const ScheduledSeq> scheduled,
+                                                         std::span<const int32_t> fed,
+                                                         int32_t ahead);
+
 class AsyncDecode {
  public:
   struct Hooks {
@@ -58,7 +67,7 @@ class AsyncDecode {
     int64_t start_ns = 0;
     std::shared_ptr<const DeviceInterval> device;
   };
-  // `ahead` (0 or 1) tokens of each sequence still on the device; fed as in ForwardBatch.
+  // launch_decode_step, and the step's bookkeeping.
   Step start(std::vector<ScheduledSeq> scheduled, std::span<const int32_t> fed, int32_t ahead);
   std::optional<Step> next(const Step& cur);
   void complete(const Step& step);

@@ -45,7 +45,7 @@ struct SpecConfig {
 // Host-visible times of the last step() (ms), for benchmarks and the cost model.
 struct SpecStepTimes {
   int32_t draft_rounds = 0;  // draft forwards (the largest k of the batch)
-  double draft_ms = 0;       // all draft rounds, their sampled rows and draws included
+  double draft_ms = 0;       // all draft rounds, sampled rows, draws and host work between them
   double verify_ms = 0;      // the target's pass over k + 1 positions and their sampled rows
   double accept_ms = 0;      // acceptance (sampled: the target runner's, one launch on a GPU)
 };
