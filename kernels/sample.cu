@@ -25,12 +25,14 @@ constexpr double kFixedOne = 1152921504606846976.0;  // 2^60
 using ReduceD = cub::BlockReduce<double, kThreads>;
 using ScanD = cub::BlockScan<double, kThreads>;
 using ScanI = cub::BlockScan<int, kThreads>;
+using ScanU = cub::BlockScan<unsigned long long, kThreads>;
 
 struct Shared {
   union {
     ReduceD::TempStorage reduce;
     ScanD::TempStorage scan_d;
     ScanI::TempStorage scan_i;
+    ScanU::TempStorage scan_u;
   } cub;
   union {
     unsigned long long hist[kHistGroups][kBins];  // select_key
@@ -39,7 +41,6 @@ struct Shared {
       float mass[kBuckets];
     } pre;  // the prefilter
   };
-  unsigned long long bins[kBins];
   float cand_val[kMaxCandidates];  // the prefilter's tokens, in id order
   int cand_id[kMaxCandidates];
   float sv[32];
@@ -65,6 +66,11 @@ struct KeyCut {
 // Among the candidates (key >= lo, never -inf/NaN), the key K where the weight walking down from
 // the largest first reaches `target`: W(key > K) < target <= W(key >= K). Radix select over
 // 8-bit digits, most significant first, with weight histograms. Every thread gets the result.
+// Each pass's walk down the bins is a block scan: thread t holds bin kBins - 1 - t, so its
+// inclusive sum is the weight from the top bin down to its own, and the one thread whose bin
+// the serial walk (first non-empty bin, from the top, whose weight reaches the target) would
+// stop at finds itself. Integer sums: the same bins in any order. One thread walking 256
+// bins a pass, 8 passes for a top-k and a top-p row, was a chain of dependent shared loads.
 template <class Weight>
 __device__ KeyCut select_key(const float* row, int n, uint32_t lo, unsigned long long target,
                              Weight weight, Shared& sh) {
@@ -73,6 +79,7 @@ __device__ KeyCut select_key(const float* row, int n, uint32_t lo, unsigned long
   unsigned long long above = 0;
   for (int shift = 24; shift >= 0; shift -= 8) {
     for (int i = threadIdx.x; i < kHistGroups * kBins; i += kThreads) (&sh.hist[0][0])[i] = 0;
+    if (threadIdx.x == 0) sh.chosen = -1;
     __syncthreads();
     for (int i = threadIdx.x; i < n; i += kThreads) {
       const float l = row[i];
@@ -81,28 +88,22 @@ __device__ KeyCut select_key(const float* row, int n, uint32_t lo, unsigned long
       atomicAdd(&hist[(k >> shift) & 0xffu], weight(l));
     }
     __syncthreads();
-    if (threadIdx.x < kBins) {
-      unsigned long long s = 0;
-      for (int g = 0; g < kHistGroups; ++g) s += sh.hist[g][threadIdx.x];
-      sh.bins[threadIdx.x] = s;
+    const int bin = kBins - 1 - int(threadIdx.x);
+    unsigned long long w = 0;
+    if (bin >= 0) {
+      for (int g = 0; g < kHistGroups; ++g) w += sh.hist[g][bin];
     }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      int chosen = -1;
-      for (int b = kBins - 1; b >= 0; --b) {
-        if (sh.bins[b] == 0) continue;
-        if (above + sh.bins[b] >= target) {
-          chosen = b;
-          break;
-        }
-        above += sh.bins[b];
-      }
-      sh.chosen = chosen;
-      sh.above = above;
+    unsigned long long through = 0;  // the weight of bins kBins - 1 down to `bin`
+    ScanU(sh.cub.scan_u).InclusiveSum(w, through);
+    const unsigned long long before = through - w;  // of the bins above it
+    // A non-empty bin reaching the target, with no non-empty bin above it reaching it.
+    if (w != 0 && above + through >= target && (before == 0 || above + before < target)) {
+      sh.chosen = bin;
+      sh.above = above + before;
     }
     __syncthreads();
     const int chosen = sh.chosen;
-    above = sh.above;
+    above = chosen >= 0 ? sh.above : above;
     __syncthreads();  // sh.chosen/above are rewritten by the next pass
     if (chosen < 0) return KeyCut{};
     prefix |= uint32_t(chosen) << shift;
