@@ -7,6 +7,7 @@
 #include "cuda_check.cuh"
 #include "sample_rows.cuh"
 #include "sample_wide.cuh"
+#include "select_bin.h"
 
 namespace tandem::kernels {
 namespace {
@@ -68,9 +69,10 @@ struct KeyCut {
 // 8-bit digits, most significant first, with weight histograms. Every thread gets the result.
 // Each pass's walk down the bins is a block scan: thread t holds bin kBins - 1 - t, so its
 // inclusive sum is the weight from the top bin down to its own, and the one thread whose bin
-// the serial walk (first non-empty bin, from the top, whose weight reaches the target) would
-// stop at finds itself. Integer sums: the same bins in any order. One thread walking 256
-// bins a pass, 8 passes for a top-k and a top-p row, was a chain of dependent shared loads.
+// the serial walk would stop at finds itself (select_bin.h). Integer sums: the same bins in any
+// order. One thread walking 256 bins a pass, 8 passes for a top-k and a top-p row, was a chain
+// of dependent shared loads (drawn 0.5B steps 0.693-0.707 -> 0.665-0.684 ms on an H100,
+// benchmarks/NOTES.md v46).
 template <class Weight>
 __device__ KeyCut select_key(const float* row, int n, uint32_t lo, unsigned long long target,
                              Weight weight, Shared& sh) {
@@ -95,11 +97,9 @@ __device__ KeyCut select_key(const float* row, int n, uint32_t lo, unsigned long
     }
     unsigned long long through = 0;  // the weight of bins kBins - 1 down to `bin`
     ScanU(sh.cub.scan_u).InclusiveSum(w, through);
-    const unsigned long long before = through - w;  // of the bins above it
-    // A non-empty bin reaching the target, with no non-empty bin above it reaching it.
-    if (w != 0 && above + through >= target && (before == 0 || above + before < target)) {
+    if (select_stops_at(w, through, above, target)) {
       sh.chosen = bin;
-      sh.above = above + before;
+      sh.above = above + (through - w);
     }
     __syncthreads();
     const int chosen = sh.chosen;
