@@ -131,7 +131,13 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig& config
   r->plan_.device_total_bytes = int64_t(total_b);
   r->plan_.baseline_used_bytes = int64_t(total_b) - free_start;
   TANDEM_CUDA_CHECK(cudaStreamCreateWithFlags(&r->stream_, cudaStreamNonBlocking));
-  TANDEM_CUDA_CHECK(cudaEventCreateWithFlags(&r->meta_copied_, cudaEventDisableTiming));
+  TANDEM_CUDA_CHECK(cudaStreamCreateWithFlags(&r->copy_stream_, cudaStreamNonBlocking));
+  for (int b = 0; b < 2; ++b) {
+    TANDEM_CUDA_CHECK(cudaEventCreateWithFlags(&r->meta_copied_[b], cudaEventDisableTiming));
+    TANDEM_CUDA_CHECK(cudaEventCreateWithFlags(&r->meta_read_[b], cudaEventDisableTiming));
+  }
+  const char* meta_env = std::getenv("TANDEM_META_STREAM");
+  if (meta_env != nullptr && std::strcmp(meta_env, "0") == 0) r->meta_stream_ = false;
   r->gemm_ = std::make_unique<kernels::GemmContext>();
   const int64_t free_gemm = free_now();
 
@@ -273,8 +279,10 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig& config
   section(r->off_seq_page_start_, r->max_seqs_);
   section(r->off_fed_, r->max_tokens_);
   section(r->off_page_ids_, r->max_page_refs_);
-  r->meta_host_ = PinnedBuffer(size_t(off) * 4);
-  r->meta_dev_ = DeviceBuffer(size_t(off) * 4);
+  for (int b = 0; b < (r->meta_stream_ ? 2 : 1); ++b) {
+    r->meta_host_[b] = PinnedBuffer(size_t(off) * 4);
+    r->meta_dev_[b] = DeviceBuffer(size_t(off) * 4);
+  }
 
   const int64_t free_end = free_now();
   r->plan_.workspace_bytes = (free_start - free_gemm) + (free_kv - free_end);
@@ -346,7 +354,14 @@ CudaRunner::~CudaRunner() {
     cudaStreamSynchronize(stream_);
     cudaStreamDestroy(stream_);
   }
-  if (meta_copied_ != nullptr) cudaEventDestroy(meta_copied_);
+  if (copy_stream_ != nullptr) {
+    cudaStreamSynchronize(copy_stream_);
+    cudaStreamDestroy(copy_stream_);
+  }
+  for (int b = 0; b < 2; ++b) {
+    if (meta_copied_[b] != nullptr) cudaEventDestroy(meta_copied_[b]);
+    if (meta_read_[b] != nullptr) cudaEventDestroy(meta_read_[b]);
+  }
   for (cudaEvent_t e : async_copied_) {
     if (e != nullptr) cudaEventDestroy(e);
   }
@@ -362,9 +377,10 @@ void CudaRunner::forward(const ForwardBatch& batch) {
                "batch of %d tokens / %d seqs / %d logits over the runner's %d / %d / %d", T, S, L,
                max_tokens_, max_seqs_, max_logits_);
   // A forward without sample() (a prefill chunk that samples nothing) leaves the host ahead of
-  // the stream: the previous forward's copy out of meta_host_ must have run before it is reused.
-  TANDEM_CUDA_CHECK(cudaEventSynchronize(meta_copied_));
-  int32_t* m = meta_host_.as<int32_t>();
+  // the stream: the last copy out of this forward's meta_host_ must have run before it is reused.
+  const int32_t b = meta_stream_ ? 1 - meta_cur_ : 0;
+  TANDEM_CUDA_CHECK(cudaEventSynchronize(meta_copied_[b]));
+  int32_t* m = meta_host_[b].as<int32_t>();
   bool decode_only = T == S;
   int32_t max_q = 0;
   int32_t refs = 0;
@@ -443,9 +459,16 @@ void CudaRunner::forward(const ForwardBatch& batch) {
         shape, DecodeSliceLimits{kernels::kDecodeMaxSlices, kernels::kDecodeMaxSplits});
   }
   const size_t meta_bytes = size_t(off_page_ids_ + refs) * 4;
-  TANDEM_CUDA_CHECK(
-      cudaMemcpyAsync(meta_dev_.as<int32_t>(), m, meta_bytes, cudaMemcpyHostToDevice, stream_));
-  TANDEM_CUDA_CHECK(cudaEventRecord(meta_copied_, stream_));
+  // On copy_stream_ the copy waits only for the forward two back (the last to read copy b), so
+  // it runs while the forward before this one does; stream_ then waits for an event long
+  // complete instead of running a host-to-device copy between the two steps' kernels.
+  cudaStream_t copy_stream = meta_stream_ ? copy_stream_ : stream_;
+  if (meta_stream_) TANDEM_CUDA_CHECK(cudaStreamWaitEvent(copy_stream, meta_read_[b]));
+  TANDEM_CUDA_CHECK(cudaMemcpyAsync(meta_dev_[b].as<int32_t>(), m, meta_bytes,
+                                    cudaMemcpyHostToDevice, copy_stream));
+  TANDEM_CUDA_CHECK(cudaEventRecord(meta_copied_[b], copy_stream));
+  if (meta_stream_) TANDEM_CUDA_CHECK(cudaStreamWaitEvent(stream_, meta_copied_[b]));
+  meta_cur_ = b;
   num_logits_ = L;
   last_interval_ = nullptr;
   if (T == 0) return;
@@ -460,7 +483,7 @@ void CudaRunner::forward(const ForwardBatch& batch) {
   };
 
   if (use_graphs_ && ((decode_only && T <= kMaxGraphBatch) || small_q)) {
-    const auto key = std::make_tuple(T, L, decode_slices_, decode_only, logits_in_place_);
+    const auto key = std::make_tuple(T, L, decode_slices_, decode_only, logits_in_place_, b);
     auto it = graphs_.find(key);
     if (it == graphs_.end()) {
       cudaGraph_t graph = nullptr;
@@ -473,6 +496,10 @@ void CudaRunner::forward(const ForwardBatch& batch) {
       cudaGraphExec_t exec = nullptr;
       TANDEM_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
       TANDEM_CUDA_CHECK(cudaGraphDestroy(graph));
+      // The driver may put a graph's device memory in place only at its upload (the first
+      // launch otherwise): uploaded here, so that the drop below is the graph's.
+      TANDEM_CUDA_CHECK(cudaGraphUpload(exec, stream_));
+      TANDEM_CUDA_CHECK(cudaStreamSynchronize(stream_));
       TANDEM_CUDA_CHECK(cudaMemGetInfo(&free_after, &total));
       graph_bytes_ += int64_t(free_before) - int64_t(free_after);
       free_after_graphs_ = int64_t(free_after);
@@ -483,6 +510,7 @@ void CudaRunner::forward(const ForwardBatch& batch) {
   } else {
     timed([&] { run_model(T, L); });
   }
+  if (meta_stream_) TANDEM_CUDA_CHECK(cudaEventRecord(meta_read_[b], stream_));
 }
 
 std::string CudaRunner::pci_bus_id() const {
@@ -496,7 +524,7 @@ void CudaRunner::run_model(int32_t T, int32_t L) {
   const int32_t H = int32_t(c.hidden_size), I = int32_t(c.intermediate_size);
   const int32_t D = int32_t(c.head_dim), NH = int32_t(c.num_heads), KVH = int32_t(c.num_kv_heads);
   const float eps = float(c.rms_norm_eps);
-  const int32_t* meta = meta_dev_.as<int32_t>();
+  const int32_t* meta = meta_dev_[meta_cur_].as<int32_t>();
   const int64_t layer_kv = int64_t(num_pages_) * KVH * page_size_ * D;  // elements
   auto* normed = normed_.as<__nv_bfloat16>();
   auto* delta = delta_.as<__nv_bfloat16>();
@@ -643,7 +671,7 @@ void CudaRunner::run_model(int32_t T, int32_t L) {
 void CudaRunner::attention(int32_t T, const __nv_bfloat16* kc, const __nv_bfloat16* vc, bool pdl) {
   const ModelConfig& c = config_;
   const int32_t D = int32_t(c.head_dim);
-  const int32_t* meta = meta_dev_.as<int32_t>();
+  const int32_t* meta = meta_dev_[meta_cur_].as<int32_t>();
   const kernels::PagedAttentionShape shape{T, int32_t(c.num_heads), int32_t(c.num_kv_heads),
                                            D, page_size_,           1.0f / std::sqrt(float(D))};
   auto* q = q_.as<__nv_bfloat16>();

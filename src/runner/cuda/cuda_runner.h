@@ -158,9 +158,17 @@ class CudaRunner final : public ModelRunner {
   // tile_start, tile_len [max_tiles]; seq_page_start [max_seqs]; fed [max_tokens] (-1, or the
   // request of the last sample_async() whose id token t takes); page_ids [max_page_refs] (last,
   // so one copy of a prefix carries a batch).
-  PinnedBuffer meta_host_;
-  cudaEvent_t meta_copied_ = nullptr;  // recorded after meta_host_ -> meta_dev_ on stream_
-  DeviceBuffer meta_dev_;
+  // Two copies, alternating forwards (meta_cur_ the current one's), each copied in on
+  // copy_stream_ while the forward before runs, so that no copy sits on stream_ between two
+  // steps' kernels; a graph is captured per copy. TANDEM_META_STREAM=0: copy 0 only, copied on
+  // stream_ (the old form, for A/B runs).
+  PinnedBuffer meta_host_[2];
+  DeviceBuffer meta_dev_[2];
+  cudaEvent_t meta_copied_[2] = {nullptr, nullptr};  // after meta_host_[b] -> meta_dev_[b]
+  cudaEvent_t meta_read_[2] = {nullptr, nullptr};    // on stream_, after the forward reading b
+  cudaStream_t copy_stream_ = nullptr;               // the metadata copies (meta_stream_)
+  bool meta_stream_ = true;
+  int32_t meta_cur_ = 0;
   int32_t off_tokens_ = 0, off_positions_ = 0, off_slots_ = 0, off_token_seq_ = 0;
   int32_t off_logit_rows_ = 0, off_seq_page_start_ = 0, off_fed_ = 0, off_page_ids_ = 0;
   // Prefill query tiles (launch_prefill_attention): start token and length of each.
@@ -213,8 +221,8 @@ class CudaRunner final : public ModelRunner {
   DeviceAcceptance acceptance_;
   int32_t num_logits_ = 0;
 
-  // tokens, logits, splits, one query token a sequence, logits in place
-  std::map<std::tuple<int32_t, int32_t, int32_t, bool, bool>, cudaGraphExec_t> graphs_;
+  // tokens, logits, splits, one query token a sequence, logits in place, metadata copy
+  std::map<std::tuple<int32_t, int32_t, int32_t, bool, bool, int32_t>, cudaGraphExec_t> graphs_;
 };
 
 }  // namespace tandem
