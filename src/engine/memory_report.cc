@@ -77,8 +77,8 @@ std::vector<DeviceMemory> memory_report(const std::vector<RunnerRole>& runners,
     d.device = device;
     const bool cpu = device == "cpu";
     int64_t used = 0;
-    auto add = [&](std::string name, int64_t bytes, std::string detail) {
-      if (bytes == 0 && name != "other") return;
+    auto add = [&](std::string name, int64_t bytes, std::string detail, bool keep_zero = false) {
+      if (bytes == 0 && !keep_zero && name != "other") return;
       d.parts.push_back({std::move(name), bytes, std::move(detail)});
       used += bytes;
     };
@@ -97,7 +97,11 @@ std::vector<DeviceMemory> memory_report(const std::vector<RunnerRole>& runners,
       add("probability rows (" + who + ")", p.prob_rows_bytes,
           "sampled speculation's rows, sized for --spec-max-batch " +
               std::to_string(o.spec_max_batch) + " and --draft-max " + std::to_string(o.draft_max));
-      add("cuda graphs (" + who + ")", p.graph_bytes, "captured decode graphs");
+      // Captured graphs stay listed at 0 bytes: the driver may place them in memory it holds.
+      add("cuda graphs (" + who + ")", p.graph_bytes,
+          std::to_string(p.graph_count) + " captured decode graphs (the driver's free bytes fell " +
+              "by this much around their instantiation)",
+          p.graph_count > 0);
       free_bytes = std::min(free_bytes, p.device_free_bytes);
       if (!cpu) d.total_bytes = p.device_total_bytes;
 

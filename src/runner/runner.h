@@ -95,7 +95,8 @@ struct MemoryPlan {
   int64_t activation_bytes = 0;
   int64_t prob_rows_bytes = 0;  // RunnerOptions::prob_rows reserved (CUDA)
   int64_t workspace_bytes = 0;  // cuBLASLt workspace, split-K scratch, batch metadata
-  int64_t graph_bytes = 0;      // captured CUDA graphs
+  int64_t graph_bytes = 0;  // captured CUDA graphs (the driver may place them in memory it holds)
+  int32_t graph_count = 0;  // CUDA graphs captured so far
   int64_t device_total_bytes = 0;
   int64_t device_free_bytes = 0;    // right after this runner finished allocating
   int64_t baseline_used_bytes = 0;  // CUDA: used before it (context, other runners/processes)

@@ -497,12 +497,15 @@ void CudaRunner::forward(const ForwardBatch& batch) {
       TANDEM_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
       TANDEM_CUDA_CHECK(cudaGraphDestroy(graph));
       // The driver may put a graph's device memory in place only at its upload (the first
-      // launch otherwise): uploaded here, so that the drop below is the graph's.
+      // launch otherwise): uploaded here, so that the drop below is the graph's. The drop can be 0:
+      // a graph's few KiB may land in a 2 MiB chunk the driver already holds (seen on an H100
+      // with the two metadata copies: +0 at instantiation, upload and first launch, every graph).
       TANDEM_CUDA_CHECK(cudaGraphUpload(exec, stream_));
       TANDEM_CUDA_CHECK(cudaStreamSynchronize(stream_));
       TANDEM_CUDA_CHECK(cudaMemGetInfo(&free_after, &total));
       graph_bytes_ += int64_t(free_before) - int64_t(free_after);
       free_after_graphs_ = int64_t(free_after);
+      ++graph_count_;
       it = graphs_.emplace(key, exec).first;
     }
     cudaGraphExec_t exec = it->second;

@@ -45,6 +45,7 @@ class CudaRunner final : public ModelRunner {
   MemoryPlan memory_plan() const override {
     MemoryPlan p = plan_;
     p.graph_bytes = graph_bytes_.load();
+    p.graph_count = graph_count_.load();
     if (const int64_t f = free_after_graphs_.load(); f > 0) p.device_free_bytes = f;
     return p;
   }
@@ -143,6 +144,7 @@ class CudaRunner final : public ModelRunner {
   int32_t decode_rows_limit_ = std::numeric_limits<int32_t>::max();
   std::atomic<int64_t> graph_bytes_{0};        // measured at each graph instantiation
   std::atomic<int64_t> free_after_graphs_{0};  // driver free bytes after the last one
+  std::atomic<int32_t> graph_count_{0};
 
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<kernels::GemmContext> gemm_;

@@ -3,7 +3,11 @@
 // the settings asked for, and each setting's contribution is listed.
 #include <doctest/doctest.h>
 
+#include "engine/memory_report.h"
 #include "engine_fixture.h"
+#include "model/model_dir.h"
+#include "runner/runner.h"
+#include "unit/engine/forwarding_runner.h"
 
 using namespace tandem;
 using namespace tandem::testing;
@@ -82,4 +86,67 @@ TEST_CASE("CPU: two stages in one process are one device; default KV budget repo
   bool budget = false;
   for (const SettingEffect& x : s.memory[0].settings) budget |= x.setting == "--kv-pages";
   CHECK(budget);
+}
+
+namespace {
+
+// A CPU runner that reports itself as cuda:0 with a fixed plan, for the report's CUDA rows.
+class PlannedRunner final : public ForwardingRunner {
+ public:
+  PlannedRunner(std::unique_ptr<ModelRunner> inner, MemoryPlan plan)
+      : ForwardingRunner(std::move(inner)), plan_(plan) {}
+  std::string device() const override { return "cuda:0"; }
+  MemoryPlan memory_plan() const override { return plan_; }
+
+ private:
+  MemoryPlan plan_;
+};
+
+DeviceMemory cuda_report(int64_t graph_bytes, int32_t graph_count) {
+  auto model = load_model_dir(tiny_qwen());
+  REQUIRE_MESSAGE(model.ok(), model.error().to_string());
+  RunnerOptions ro;
+  ro.num_pages = 8;
+  ro.threads = 1;
+  auto inner = make_cpu_runner(*model, ro);
+  REQUIRE_MESSAGE(inner.ok(), inner.error().to_string());
+  MemoryPlan p;
+  p.weights_bytes = 100 << 20;
+  p.kv_bytes = 40 << 20;
+  p.kv_page_bytes = 5 << 20;
+  p.activation_bytes = 10 << 20;
+  p.graph_bytes = graph_bytes;
+  p.graph_count = graph_count;
+  p.device_total_bytes = int64_t(1) << 30;
+  p.device_free_bytes = 800 << 20;
+  PlannedRunner runner(std::move(*inner), p);
+  EngineOptions o;
+  const std::vector<DeviceMemory> report = memory_report({{"target", "", &runner}}, o, 64);
+  REQUIRE(report.size() == 1);
+  return report[0];
+}
+
+}  // namespace
+
+TEST_CASE("CUDA rows: captured graphs stay listed when the driver placed them in memory it held") {
+  // Bytes measured: the row holds them and the count.
+  DeviceMemory d = cuda_report(2 << 20, 3);
+  CHECK(d.device == "cuda:0");
+  check_sums(d);
+  const MemoryPart* g = find(d, "cuda graphs (target)");
+  REQUIRE(g);
+  CHECK(g->bytes == 2 << 20);
+  CHECK(g->detail.rfind("3 captured decode graphs", 0) == 0);
+  // Captured, yet the driver's free bytes did not fall: a 0-byte row, not a missing one.
+  d = cuda_report(0, 7);
+  check_sums(d);
+  g = find(d, "cuda graphs (target)");
+  REQUIRE(g);
+  CHECK(g->bytes == 0);
+  CHECK(g->detail.rfind("7 captured decode graphs", 0) == 0);
+  // None captured: no row.
+  d = cuda_report(0, 0);
+  check_sums(d);
+  CHECK(find(d, "cuda graphs (target)") == nullptr);
+  CHECK(find(d, "other")->bytes == (1 << 30) - (800 << 20) - (150 << 20));
 }
