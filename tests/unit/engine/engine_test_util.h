@@ -20,8 +20,6 @@
 #include "engine/engine.h"
 #include "forwarding_runner.h"
 #include "model/mkmodel.h"
-#include "runner/prob_rows.h"
-#include "runner/runner.h"
 #include "test_paths.h"
 
 namespace tandem::testing {
