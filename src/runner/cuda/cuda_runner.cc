@@ -11,6 +11,7 @@
 #include "kernels/cuda_check.cuh"
 #include "kernels/decode_attention.cuh"
 #include "kernels/embedding.cuh"
+#include "kernels/env_knob.h"
 #include "kernels/fp8_linear.cuh"
 #include "kernels/gemm_skinny.cuh"
 #include "kernels/gemv.cuh"
@@ -662,9 +663,16 @@ void CudaRunner::run_model(int32_t T, int32_t L) {
     picked = picked_.as<__nv_bfloat16>();
   }
   // lm_head stays bf16 in every format (quantized checkpoints keep it as stored).
+  // wip: TANDEM_LMHEAD_SKINNY=1 puts 3-8 logit rows (a verify pass at k = 2..7) on the skinny
+  // GEMM, launched overlapped like the layers' Linears, instead of cuBLASLt, which does not
+  // overlap (NOTES v42: the verify's remaining seam). A/B: benchmarks/wip_lmhead_skinny_ab.sh.
+  static const bool lmhead_skinny = kernels::env_choice("TANDEM_LMHEAD_SKINNY", {0, 1}, 0) == 1;
   if (L <= kernels::kGemvMaxTokens) {
     kernels::launch_gemv(picked, weights_.lm_head(), L, int32_t(c.vocab_size), H, logits_.ptr(),
                          true, stream_, 0, pdl);
+  } else if (lmhead_skinny && L <= 8 && kernels::skinny_gemm_wins(L, int32_t(c.vocab_size), H)) {
+    kernels::launch_skinny_gemm(picked, weights_.lm_head(), L, int32_t(c.vocab_size), H,
+                                logits_.ptr(), /*out_f32=*/true, stream_, 0, -1, pdl);
   } else {
     gemm_->run(picked, weights_.lm_head(), L, int32_t(c.vocab_size), H, logits_.ptr(), true,
                stream_);
