@@ -11,7 +11,6 @@
 #include "kernels/cuda_check.cuh"
 #include "kernels/decode_attention.cuh"
 #include "kernels/embedding.cuh"
-#include "kernels/env_knob.h"
 #include "kernels/fp8_linear.cuh"
 #include "kernels/gemm_skinny.cuh"
 #include "kernels/gemv.cuh"
@@ -663,14 +662,14 @@ void CudaRunner::run_model(int32_t T, int32_t L) {
     picked = picked_.as<__nv_bfloat16>();
   }
   // lm_head stays bf16 in every format (quantized checkpoints keep it as stored).
-  // wip: TANDEM_LMHEAD_SKINNY=1 puts 3-8 logit rows (a verify pass at k = 2..7) on the skinny
-  // GEMM, launched overlapped like the layers' Linears, instead of cuBLASLt, which does not
-  // overlap (NOTES v42: the verify's remaining seam). A/B: benchmarks/wip_lmhead_skinny_ab.sh.
-  static const bool lmhead_skinny = kernels::env_choice("TANDEM_LMHEAD_SKINNY", {0, 1}, 0) == 1;
+  // 3-8 logit rows (a verify pass at k = 2..7) take the skinny GEMM, launched overlapped like the
+  // layers' Linears, not cuBLASLt, which does not overlap (NOTES.md v42: the verify's remaining
+  // seam). H100 (NOTES.md v48, x2 alternated, device span): 7B 5-token step 5.081 / 5.087 ->
+  // 5.067 / 5.070 ms, 0.5B 3-token 0.751 / 0.755 -> 0.744 / 0.744.
   if (L <= kernels::kGemvMaxTokens) {
     kernels::launch_gemv(picked, weights_.lm_head(), L, int32_t(c.vocab_size), H, logits_.ptr(),
                          true, stream_, 0, pdl);
-  } else if (lmhead_skinny && L <= 8 && kernels::skinny_gemm_wins(L, int32_t(c.vocab_size), H)) {
+  } else if (L <= 8 && kernels::skinny_gemm_wins(L, int32_t(c.vocab_size), H)) {
     kernels::launch_skinny_gemm(picked, weights_.lm_head(), L, int32_t(c.vocab_size), H,
                                 logits_.ptr(), /*out_f32=*/true, stream_, 0, -1, pdl);
   } else {
