@@ -6,6 +6,7 @@
 
 #include "cuda_check.cuh"
 #include "device_info.cuh"
+#include "env_knob.h"
 #include "gemm_skinny.cuh"
 #include "mma_sm80.cuh"
 #include "pdl.cuh"
@@ -49,8 +50,11 @@ template <int kChunk, int kStages, int kWarps, int kTiles, int kNTiles, Epilogue
 __global__ void __launch_bounds__(kWarps * 32)
     skinny_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w,
                   int32_t m, int32_t n, int32_t k, int32_t ldy, Out* __restrict__ y,
-                  RopeKvTarget rope) {
+                  RopeKvTarget rope, bool lead) {
   using S = Shape<kChunk, kStages, kWarps, kTiles, kNTiles>;
+  // `lead`: an overlapped grid resident all at once lets its successor launch at its start, as
+  // the GEMVs' one-wave grids do (gemv_warp::lead_trigger); others after their loop (below).
+  if (lead) pdl::allow_dependents();
   extern __shared__ uint4 smem[];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   __nv_bfloat16* ring = reinterpret_cast<__nv_bfloat16*>(smem) + warp * kStages * S::kStageElems;
@@ -145,7 +149,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
   }
   cp_async_wait<0>();
-  pdl::allow_dependents();  // after the loop, as the GEMVs (pdl.cuh)
+  if (!lead) pdl::allow_dependents();  // after the loop, as the GEMVs' multi-wave grids
   __syncthreads();          // every warp is done with its ring: the reduction reuses it
   float4* red = reinterpret_cast<float4*>(smem);  // [kWarps, kTiles · kNTiles, 32]
   constexpr int kFrags = kTiles * kNTiles;
@@ -217,7 +221,7 @@ struct Variant {
   size_t smem;
   template <typename Out>
   using Kernel = void (*)(const __nv_bfloat16*, const __nv_bfloat16*, int32_t, int32_t, int32_t,
-                          int32_t, Out*, RopeKvTarget);
+                          int32_t, Out*, RopeKvTarget, bool);
   Kernel<__nv_bfloat16> store_bf16;
   Kernel<float> store_f32;
   Kernel<__nv_bfloat16> swiglu;
@@ -298,7 +302,10 @@ void launch(Variant::Kernel<Out> kernel, const Variant& v, int32_t blocks, cudaS
             bool pdl, const __nv_bfloat16* x, const __nv_bfloat16* w, int32_t m, int32_t n,
             int32_t k, int32_t ldy, Out* y, const RopeKvTarget& rope = {}) {
   opt_in_smem(reinterpret_cast<const void*>(kernel), v.smem);
-  pdl::launch(pdl, kernel, blocks, v.threads, v.smem, stream, x, w, m, n, k, ldy, y, rope);
+  // wip: TANDEM_SKINNY_LEAD=0 keeps every grid's trigger after its loop (the A/B's "off").
+  static const bool lead_allowed = env_choice("TANDEM_SKINNY_LEAD", {0, 1}, 1) == 1;
+  const bool lead = pdl && lead_allowed && fits_one_wave(kernel, blocks, v.threads, v.smem);
+  pdl::launch(pdl, kernel, blocks, v.threads, v.smem, stream, x, w, m, n, k, ldy, y, rope, lead);
 }
 
 const Variant& checked(int32_t variant, int32_t m, int32_t k, bool swiglu, const char* what) {
