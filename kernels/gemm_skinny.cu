@@ -150,7 +150,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
   cp_async_wait<0>();
   if (!lead) pdl::allow_dependents();  // after the loop, as the GEMVs' multi-wave grids
-  __syncthreads();          // every warp is done with its ring: the reduction reuses it
+  __syncthreads();                     // every warp is done with its ring: the reduction reuses it
   float4* red = reinterpret_cast<float4*>(smem);  // [kWarps, kTiles · kNTiles, 32]
   constexpr int kFrags = kTiles * kNTiles;
 #pragma unroll
@@ -302,7 +302,12 @@ void launch(Variant::Kernel<Out> kernel, const Variant& v, int32_t blocks, cudaS
             bool pdl, const __nv_bfloat16* x, const __nv_bfloat16* w, int32_t m, int32_t n,
             int32_t k, int32_t ldy, Out* y, const RopeKvTarget& rope = {}) {
   opt_in_smem(reinterpret_cast<const void*>(kernel), v.smem);
-  // wip: TANDEM_SKINNY_LEAD=0 keeps every grid's trigger after its loop (the A/B's "off").
+  // An overlapped grid resident all at once lets its successor launch at its start (the
+  // kernel's `lead`). H100, x2 alternated, device span (NOTES.md v48): 0.5B 3-token step
+  // 0.746 -> 0.686 ms, batch 4 0.724 -> 0.678, 8B 5-token 5.421 -> 5.381; the 7B 5-token step
+  // 5.068 -> 5.072 and batch 4 4.894 -> 4.922 lost a little (leaving q|k|v+RoPE's trigger after
+  // its loop: 5.093 and 4.906); the spec pair at batch 4 1.69 -> 1.75x adaptive.
+  // TANDEM_SKINNY_LEAD=0 keeps every grid's trigger after its loop.
   static const bool lead_allowed = env_choice("TANDEM_SKINNY_LEAD", {0, 1}, 1) == 1;
   const bool lead = pdl && lead_allowed && fits_one_wave(kernel, blocks, v.threads, v.smem);
   pdl::launch(pdl, kernel, blocks, v.threads, v.smem, stream, x, w, m, n, k, ldy, y, rope, lead);
