@@ -19,6 +19,11 @@ double SpecGate::Samples::median() const {
   return v[(n - 1) / 2];
 }
 
+double SpecGate::Samples::last_per_token() const {
+  const auto i = size_t((observed - 1) % kWindow);
+  return ms[i] / tokens[i];
+}
+
 SpecGate::Samples::PerToken SpecGate::Samples::per_token() const {
   const auto n = size_t(std::min<int64_t>(observed, kWindow));
   const double cap = 2.0 * median();
@@ -66,11 +71,23 @@ bool SpecGate::clear_win(const Bucket& b) {
 bool SpecGate::speculate(int32_t batch_size) {
   Bucket& b = buckets_[bucket_of(batch_size)];
   const int64_t step = b.steps++;
-  // Shut: plain steps, with a speculative probe of kProbeSteps steps every kProbePeriod. Open:
-  // speculative steps, with a plain probe every kProbePeriod (the first one after
+  // Shut: plain steps, with speculative probes of kProbeSteps steps (spaced as the header says).
+  // Open: speculative steps, with a plain probe every kProbePeriod (the first one after
   // kMinSpecSteps, so the comparison starts early; kClearWinPeriod while speculation clearly
   // wins).
-  if (shut(batch_size)) return step % kProbePeriod < kProbeSteps;
+  if (shut(batch_size)) {
+    if (b.next_probe < 0) {  // just shut: the first probe at the next period's start
+      b.probe_period = kProbePeriod;
+      b.next_probe = (step / kProbePeriod + 1) * kProbePeriod;
+    } else if (step >= b.next_probe + kProbeSteps) {  // a probe ended and the gate stays shut
+      const bool promising = b.spec.last_per_token() <= b.plain.per_token().ms * (1.0 + kMargin);
+      b.probe_period =
+          promising ? kProbePeriod : std::min<int64_t>(2 * b.probe_period, kMaxProbePeriod);
+      b.next_probe += b.probe_period;
+    }
+    return step >= b.next_probe && step < b.next_probe + kProbeSteps;
+  }
+  b.next_probe = -1;
   if (b.plain.observed == 0) return step != kMinSpecSteps;
   const int64_t period = clear_win(b) ? kClearWinPeriod : kProbePeriod;
   return step % period != period - 1;

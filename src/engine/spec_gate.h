@@ -4,8 +4,10 @@
 // steps (int4 weights at batch 4 on the H200: 9.1 ms for 20 rows) or the host work around it. The
 // gate measures milliseconds per emitted token of speculative and of plain steps, per batch-size
 // bucket, and makes a bucket decode plainly while speculation is measurably slower there. Plain
-// steps probe the plain cost, and while the gate is shut speculative steps probe the speculative
-// one, each every kProbePeriod steps. Each side is judged by the milliseconds a token of its
+// steps probe the plain cost every kProbePeriod steps, and while the gate is shut speculative
+// steps probe the speculative one: kProbePeriod steps after it shut, then twice as long after
+// each probe that still lost (up to kMaxProbePeriod), and kProbePeriod again after a probe that
+// came in at the plain cost or below. Each side is judged by the milliseconds a token of its
 // last kWindow steps, leaving out the steps over twice their median: a step that meets a shape
 // for the first time (a CUDA graph capture, a cuBLASLt algorithm check: tens of milliseconds on
 // the H200) is an outlier, and an average with it shut batch 1 of the bf16 pair on the GPU,
@@ -22,6 +24,11 @@ namespace tandem {
 class SpecGate {
  public:
   static constexpr int32_t kProbePeriod = 32;  // steps of a bucket between probes
+  // The longest wait for a speculative probe while the gate is shut. Each probe costs the draft's
+  // catch-up on the plain steps' tokens and a speculative step: at batch 16 and acceptance 0.5
+  // (the H200 pair) ~9% of a 128-token run with a probe every kProbePeriod steps (NOTES.md v46),
+  // paid for nothing while the loss persists.
+  static constexpr int32_t kMaxProbePeriod = 8 * kProbePeriod;
   // Consecutive speculative steps of a probe while shut: the first catches the draft up on the
   // plain steps' tokens (SpecDecoder does not report it), the next is measured.
   static constexpr int32_t kProbeSteps = 2;
@@ -82,10 +89,16 @@ class SpecGate {
       double ms = 0, error = 0;
     };
     PerToken per_token() const;
+    // The last step's milliseconds a token (observed > 0).
+    double last_per_token() const;
   };
   struct Bucket {
     int64_t steps = 0;
     Samples spec, plain;  // plain's median step is also plain_step_ms()
+    // While shut: the step the next speculative probe starts at and the wait before it; -1 while
+    // open.
+    int64_t next_probe = -1;
+    int64_t probe_period = kProbePeriod;
   };
   static size_t bucket_of(int32_t batch_size);
   static bool clear_win(const Bucket& b);

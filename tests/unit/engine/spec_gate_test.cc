@@ -3,6 +3,9 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <vector>
+
 using namespace tandem;
 
 namespace {
@@ -47,18 +50,80 @@ TEST_CASE("spec gate: open at first, one plain probe after the first speculative
   CHECK(gate.speculate(1));
 }
 
-TEST_CASE("spec gate: shuts where speculating costs more per token, probing it every period") {
+// The steps of `steps` more of batch 4 (12 ms for `spec_tokens` speculating, 4 ms for 4 plain)
+// that speculated, counted from `first` (the bucket's step count before them).
+std::vector<int> probe_steps(SpecGate& gate, int first, int steps, int64_t spec_tokens) {
+  std::vector<int> at;
+  for (int i = 0; i < steps; ++i) {
+    const bool s = gate.speculate(4);
+    if (s) at.push_back(first + i);
+    gate.observe(4, s, s ? 12.0 : 4.0, s ? spec_tokens : 4);
+  }
+  return at;
+}
+
+// The starts of runs of kProbeSteps consecutive steps in `at`; fails on a run of another length.
+std::vector<int> probe_starts(const std::vector<int>& at) {
+  std::vector<int> starts;
+  for (size_t i = 0; i < at.size(); i += SpecGate::kProbeSteps) {
+    starts.push_back(at[i]);
+    for (int j = 1; j < SpecGate::kProbeSteps; ++j) {
+      REQUIRE(i + size_t(j) < at.size());
+      CHECK(at[i + size_t(j)] == at[i] + j);
+    }
+  }
+  return starts;
+}
+
+TEST_CASE(
+    "spec gate: shuts where speculating costs more per token; probes back off while they lose") {
   SpecGate gate;
   // Batch 4, int4-like: a speculative step 12 ms for 6 tokens (2 ms each), a plain one 4 ms for 4.
-  run(gate, 4, 2 * SpecGate::kProbePeriod, 12.0, 6, 4.0, 4);
+  const int before = 2 * SpecGate::kProbePeriod;
+  run(gate, 4, before, 12.0, 6, 4.0, 4);
   CHECK(gate.shut(4));
-  const int n = 10 * SpecGate::kProbePeriod;
-  const int speculated = run(gate, 4, n, 12.0, 6, 4.0, 4);
-  // Only the probes, kProbeSteps steps each.
-  CHECK(speculated == n / SpecGate::kProbePeriod * SpecGate::kProbeSteps);
+  const int n = 40 * SpecGate::kProbePeriod;
+  const std::vector<int> starts = probe_starts(probe_steps(gate, before, n, 6));
+  CHECK(gate.shut(4));
+  // Each probe loses, so each waits twice as long as the one before, up to kMaxProbePeriod (the
+  // first probes came within the steps before).
+  REQUIRE(starts.size() >= 6);
+  CHECK(starts[0] % SpecGate::kProbePeriod == 0);
+  for (size_t i = 2; i < starts.size(); ++i) {
+    const int gap = starts[i - 1] - starts[i - 2];
+    CHECK(starts[i] - starts[i - 1] == std::min(2 * gap, SpecGate::kMaxProbePeriod));
+  }
+  CHECK(starts[1] - starts[0] < SpecGate::kMaxProbePeriod);  // the wait grew within the run
+  CHECK(starts.back() - starts[starts.size() - 2] == SpecGate::kMaxProbePeriod);
   // Other batch sizes keep their own measurements.
   CHECK_FALSE(gate.shut(1));
   CHECK(gate.speculate(1));
+}
+
+TEST_CASE("spec gate: a probe at the plain cost brings the next one a short period later") {
+  SpecGate gate;
+  const int before = 2 * SpecGate::kProbePeriod;
+  run(gate, 4, before, 12.0, 6, 4.0, 4);
+  REQUIRE(gate.shut(4));
+  // Losing probes until the wait is kMaxProbePeriod.
+  const int lose = 32 * SpecGate::kProbePeriod;
+  const std::vector<int> losing = probe_starts(probe_steps(gate, before, lose, 6));
+  REQUIRE(losing.size() >= 5);
+  REQUIRE(losing.back() - losing[losing.size() - 2] == SpecGate::kMaxProbePeriod);
+  // Then probes that break even (12 ms for 12 tokens: 1 ms a token, as plain). One does not
+  // reopen a window of losing steps, but the probe after it comes kProbePeriod later.
+  std::vector<int> starts;
+  int step = before + lose, last = -2;
+  while (starts.size() < 2 || step < starts.back() + SpecGate::kProbeSteps) {
+    REQUIRE(step < before + lose + 2 * SpecGate::kMaxProbePeriod);
+    const bool s = gate.speculate(4);
+    if (s && step != last + 1) starts.push_back(step);
+    if (s) last = step;
+    gate.observe(4, s, s ? 12.0 : 4.0, s ? 12 : 4);
+    ++step;
+  }
+  CHECK(starts[0] - losing.back() == SpecGate::kMaxProbePeriod);
+  CHECK(starts[1] - starts[0] == SpecGate::kProbePeriod);
 }
 
 TEST_CASE("spec gate: stays open where speculation pays, probing plain every period") {
