@@ -304,8 +304,8 @@ void launch(Variant::Kernel<Out> kernel, const Variant& v, int32_t blocks, cudaS
   opt_in_smem(reinterpret_cast<const void*>(kernel), v.smem);
   // An overlapped grid resident all at once lets its successor launch at its start (the
   // kernel's `lead`). H100, x2 alternated, device span (NOTES.md v48): 0.5B 3-token step
-  // 0.746 -> 0.686 ms, batch 4 0.724 -> 0.678, 8B 5-token 5.421 -> 5.381; the 7B 5-token step
-  // 5.068 -> 5.072 and batch 4 4.894 -> 4.922 lost a little (leaving q|k|v+RoPE's trigger after
+  // 0.747 -> 0.687 ms, batch 4 0.724 -> 0.678, 8B 5-token 5.419 -> 5.380; the 7B 5-token step
+  // 5.068 -> 5.073 and batch 4 4.894 -> 4.921 lost a little (leaving q|k|v+RoPE's trigger after
   // its loop: 5.093 and 4.906); the spec pair at batch 4 1.69 -> 1.75x adaptive.
   // TANDEM_SKINNY_LEAD=0 keeps every grid's trigger after its loop.
   static const bool lead_allowed = env_choice("TANDEM_SKINNY_LEAD", {0, 1}, 1) == 1;
