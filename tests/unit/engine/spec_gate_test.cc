@@ -50,6 +50,15 @@ TEST_CASE("spec gate: open at first, one plain probe after the first speculative
   CHECK(gate.speculate(1));
 }
 
+// Shuts batch 4, int4-like: a speculative step 12 ms for 6 tokens (2 ms each), a plain one 4 ms
+// for 4. Returns the bucket's steps so far.
+int shut_batch4(SpecGate& gate) {
+  const int steps = 2 * SpecGate::kProbePeriod;
+  run(gate, 4, steps, 12.0, 6, 4.0, 4);
+  REQUIRE(gate.shut(4));
+  return steps;
+}
+
 // The steps of `steps` more of batch 4 (12 ms for `spec_tokens` speculating, 4 ms for 4 plain)
 // that speculated, counted from `first` (the bucket's step count before them).
 std::vector<int> probe_steps(SpecGate& gate, int first, int steps, int64_t spec_tokens) {
@@ -78,10 +87,7 @@ std::vector<int> probe_starts(const std::vector<int>& at) {
 TEST_CASE(
     "spec gate: shuts where speculating costs more per token; probes back off while they lose") {
   SpecGate gate;
-  // Batch 4, int4-like: a speculative step 12 ms for 6 tokens (2 ms each), a plain one 4 ms for 4.
-  const int before = 2 * SpecGate::kProbePeriod;
-  run(gate, 4, before, 12.0, 6, 4.0, 4);
-  CHECK(gate.shut(4));
+  const int before = shut_batch4(gate);
   const int n = 40 * SpecGate::kProbePeriod;
   const std::vector<int> starts = probe_starts(probe_steps(gate, before, n, 6));
   CHECK(gate.shut(4));
@@ -102,9 +108,7 @@ TEST_CASE(
 
 TEST_CASE("spec gate: a probe at the plain cost brings the next one a short period later") {
   SpecGate gate;
-  const int before = 2 * SpecGate::kProbePeriod;
-  run(gate, 4, before, 12.0, 6, 4.0, 4);
-  REQUIRE(gate.shut(4));
+  const int before = shut_batch4(gate);
   // Losing probes until the wait is kMaxProbePeriod.
   const int lose = 32 * SpecGate::kProbePeriod;
   const std::vector<int> losing = probe_starts(probe_steps(gate, before, lose, 6));
