@@ -100,7 +100,7 @@ std::vector<DeviceMemory> memory_report(const std::vector<RunnerRole>& runners,
       // Captured graphs stay listed at 0 bytes: the driver may place them in memory it holds.
       add("cuda graphs (" + who + ")", p.graph_bytes,
           std::to_string(p.graph_count) + " captured decode graphs (the driver's free bytes fell " +
-              "by this much around their instantiation)",
+              "by this much around their instantiation and upload)",
           p.graph_count > 0);
       free_bytes = std::min(free_bytes, p.device_free_bytes);
       if (!cpu) d.total_bytes = p.device_total_bytes;

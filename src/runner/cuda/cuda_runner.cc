@@ -11,6 +11,7 @@
 #include "kernels/cuda_check.cuh"
 #include "kernels/decode_attention.cuh"
 #include "kernels/embedding.cuh"
+#include "kernels/env_knob.h"
 #include "kernels/fp8_linear.cuh"
 #include "kernels/gemm_skinny.cuh"
 #include "kernels/gemv.cuh"
@@ -136,8 +137,7 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig& config
     TANDEM_CUDA_CHECK(cudaEventCreateWithFlags(&r->meta_copied_[b], cudaEventDisableTiming));
     TANDEM_CUDA_CHECK(cudaEventCreateWithFlags(&r->meta_read_[b], cudaEventDisableTiming));
   }
-  const char* meta_env = std::getenv("TANDEM_META_STREAM");
-  if (meta_env != nullptr && std::strcmp(meta_env, "0") == 0) r->meta_stream_ = false;
+  r->meta_stream_ = kernels::env_choice("TANDEM_META_STREAM", {0, 1}, 1) == 1;
   r->gemm_ = std::make_unique<kernels::GemmContext>();
   const int64_t free_gemm = free_now();
 
@@ -669,7 +669,7 @@ void CudaRunner::run_model(int32_t T, int32_t L) {
   if (L <= kernels::kGemvMaxTokens) {
     kernels::launch_gemv(picked, weights_.lm_head(), L, int32_t(c.vocab_size), H, logits_.ptr(),
                          true, stream_, 0, pdl);
-  } else if (L <= 8 && kernels::skinny_gemm_wins(L, int32_t(c.vocab_size), H)) {
+  } else if (L <= 8) {  // where skinny_gemm_wins holds at any vocabulary
     kernels::launch_skinny_gemm(picked, weights_.lm_head(), L, int32_t(c.vocab_size), H,
                                 logits_.ptr(), /*out_f32=*/true, stream_, 0, -1, pdl);
   } else {
