@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <nlohmann/json.hpp>
 
@@ -134,6 +136,24 @@ double run_plain(ModelRunner& target, Batch& b, const SpecBenchOptions& o) {
   return timed > 0 ? total_ms / timed : 0.0;
 }
 
+// TANDEM_SPEC_STEPLOG=1: a stderr line a step (batch, step, whether the gate ran it plainly,
+// draft rounds, ms of the draft rounds, of the verify pass, of acceptance and of the whole step,
+// tokens emitted), to see where a run's time goes step by step (NOTES.md v49's probe steps).
+void log_step(size_t batch, int64_t step, const SpecDecoder* spec, double ms, int64_t tokens) {
+  static const bool on = std::getenv("TANDEM_SPEC_STEPLOG") != nullptr;
+  if (!on) return;
+  if (spec == nullptr) {  // the engines' plain step
+    std::fprintf(stderr, "STEP b=%zu s=%lld plain ms=%.3f tok=%lld\n", batch, (long long)step, ms,
+                 (long long)tokens);
+    return;
+  }
+  const SpecStepTimes& t = spec->last_times();
+  std::fprintf(stderr,
+               "STEP b=%zu s=%lld gated=%d k=%d draft=%.3f verify=%.3f acc=%.3f ms=%.3f tok=%lld\n",
+               batch, (long long)step, int(spec->last_step_gated()), t.draft_rounds, t.draft_ms,
+               t.verify_ms, t.accept_ms, ms, (long long)tokens);
+}
+
 SpecRun run_spec(ModelRunner& target, ModelRunner& draft, PagePool& target_pool,
                  PagePool& draft_pool, Batch& b, SpecConfig config, const SpecBenchOptions& o) {
   SpecDecoder spec(target, draft, draft_pool, config, o.valid_vocab);
@@ -159,6 +179,7 @@ SpecRun run_spec(ModelRunner& target, ModelRunner& draft, PagePool& target_pool,
     if (!spec.wants_step(active)) {  // nothing to propose: the engines' plain step
       plain_step(target, active);
       const double ms = ms_since(t0);
+      log_step(active.size(), step, nullptr, ms, int64_t(active.size()));
       if (step == 0) continue;
       run.plain_steps++;
       verify_ms += ms;
@@ -180,6 +201,7 @@ SpecRun run_spec(ModelRunner& target, ModelRunner& draft, PagePool& target_pool,
       if (seq.spec.accepted - accepted[i] < seq.spec.proposed - proposed[i]) ++rejections;
     }
     const double ms = ms_since(t0);
+    log_step(active.size(), step, &spec, ms, step_tokens);
     spec.observe_step(int32_t(active.size()), ms, step_tokens);  // the adaptive gate
     if (step == 0) continue;  // warm-up: first use of these shapes
     const SpecStepTimes& t = spec.last_times();
