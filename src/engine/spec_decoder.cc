@@ -64,6 +64,21 @@ void observe_acceptance(Sequence& seq, int32_t k, int32_t accepted) {
   seq.spec_acceptance = seq.spec_accepted_decayed / seq.spec_tried_decayed;
 }
 
+bool ProbeSchedule::next_step() {
+  const bool probe = step_ >= next_;
+  if (probe) {
+    next_ = step_ + period_;
+    period_ = std::min(2 * period_, kMaxProbePeriod);
+  }
+  ++step_;
+  return probe;
+}
+
+void ProbeSchedule::speculated() {
+  period_ = kProbePeriod;
+  next_ = std::min(next_, step_ - 1 + kProbePeriod);
+}
+
 int32_t DraftLengthPolicy::choose(const Sequence& seq, int32_t batch_size, bool probe) const {
   if (!config_.enabled || config_.draft_max < 1 || batch_size > config_.max_batch) return 0;
   if (config_.fixed_k > 0) return config_.fixed_k;
@@ -206,15 +221,18 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
   int64_t verify_room = budget - int64_t(n);
   std::vector<int32_t> chosen(n, 0);  // the policy's k per sequence, shared across the batch
   if (speculate) {
-    // Sequences whose drafts are off probe together, every kProbePeriod-th speculative step:
-    // each probe pays a draft round and the draft's catch-up on the tokens it skipped, and on
-    // each sequence's own schedule (its decode steps) a batch whose sequences arrived at
-    // different times paid that nearly every step. A probe step is not a steady step for the
-    // gate (its catch-up), so the gate never saw that cost either.
-    const bool probe = speculative_steps_++ % DraftLengthPolicy::kProbePeriod ==
-                       DraftLengthPolicy::kProbePeriod - 1;
+    // Sequences whose drafts are off probe together, on the steps ProbeSchedule picks: each
+    // probe pays a draft round and the draft's catch-up on the tokens it skipped, and on each
+    // sequence's own schedule (its decode steps) a batch whose sequences arrived at different
+    // times paid that nearly every step. A probe step is not a steady step for the gate (its
+    // catch-up), so the gate never sees that cost: the schedule spaces the probes out itself
+    // while they leave the whole batch plain.
+    const bool probe = probes_.next_step();
     for (size_t i = 0; i < n; ++i) chosen[i] = policy_.choose(*seqs[i], int32_t(n), probe);
     policy_.share_k(seqs, chosen, probe);
+    if (!probe && std::any_of(chosen.begin(), chosen.end(), [](int32_t k) { return k > 0; })) {
+      probes_.speculated();
+    }
     // The verify pass stays on the target's decode kernels: past its row limit one forward
     // costs several decode steps (the AWQ 7B at batch 4 with k = 8, 36 rows: verify 11.6 ms
     // against a 2.66 ms plain step, adaptive 0.83x; H200, NOTES.md v18). The speculating

@@ -65,15 +65,38 @@ void observe_acceptance(Sequence& seq, int32_t k, int32_t accepted);
 inline constexpr double kAcceptanceDecay = 0.9;
 inline constexpr double kAcceptanceStepDecay = 0.8;
 
+// Which speculative steps are probe steps (DraftLengthPolicy::choose's `probe`), on which
+// sequences whose drafts are off propose draft_min so that acceptance that recovers is noticed:
+// every kProbePeriod-th step while some sequence speculates on the steps between, and twice as
+// long after each probe that left the whole batch plain (up to kMaxProbePeriod). With the whole
+// batch plain a probe step costs the batch the draft's catch-up on every token it skipped and a
+// verify pass of new shapes (graph captures): 11-17 ms for ~22 tokens against 4.03 ms for 16 in
+// a plain step at batch 16 on the H200 pair. Every 16 steps, they were about half of what batch
+// 16 at acceptance 0.5 lost to plain decoding (0.85-0.91x; NOTES.md v49).
+class ProbeSchedule {
+ public:
+  static constexpr int64_t kProbePeriod = 16;
+  static constexpr int64_t kMaxProbePeriod = 8 * kProbePeriod;
+  // Whether this speculative step probes; counts the step.
+  bool next_step();
+  // A step that was not a probe had a sequence speculating: probes come every kProbePeriod
+  // steps again.
+  void speculated();
+
+ private:
+  int64_t step_ = 0;                 // speculative steps counted so far
+  int64_t next_ = kProbePeriod - 1;  // the next probe step
+  int64_t period_ = kProbePeriod;    // the wait after it
+};
+
 // Chooses k per sequence from its running acceptance and the measured cost of a draft step
 // relative to a target step (docs/speculative.md explains the policy).
 class DraftLengthPolicy {
  public:
   explicit DraftLengthPolicy(SpecConfig config) : config_(config) {}
-  // 0 = do not speculate this step; on a probe step (SpecDecoder: every kProbePeriod-th) a
-  // sequence whose drafts are off proposes draft_min.
+  // 0 = do not speculate this step; on a probe step (SpecDecoder's ProbeSchedule) a sequence
+  // whose drafts are off proposes draft_min.
   int32_t choose(const Sequence& seq, int32_t batch_size, bool probe = false) const;
-  static constexpr int64_t kProbePeriod = 16;
   // One k for the batch: ks holds each sequence's choose(); every speculating sequence that is
   // not reproducible() then proposes the k in [draft_min, draft_max] that maximises the batch's
   // expected tokens over the cost of a step, sum_i E(a_i, k) / (1 + k c). A step runs max(k)
@@ -119,7 +142,7 @@ class DraftLengthPolicy {
   // Each measurement counts at most this much: the first verify pass of a row count pays
   // cuBLASLt's algorithm check (~13 ms on the 7B against a ~4 ms plain step, NOTES.md v6), each
   // new k and batch size meets one, and v held high by them switches batches off, after which
-  // only the probes (every kProbePeriod-th step) measure it again. Verify passes measured on the
+  // only the probes (ProbeSchedule) measure it again. Verify passes measured on the
   // H200 cost 1.2-1.6 plain steps (bf16 7B, NOTES.md v17) and 1.7 (AWQ 7B, batch 4, v12);
   // above the cap the gate, which times whole steps, still decides.
   static constexpr double kMaxVerifyCostSample = 2.0;
@@ -204,11 +227,11 @@ class SpecDecoder {
   ModelRunner& draft_;
   PagePool& draft_pool_;
   DraftLengthPolicy policy_;
-  SpecGate gate_;                  // unused with a fixed k (benchmarks)
-  int64_t speculative_steps_ = 0;  // steps the gate let speculate: the policy's probe schedule
-  int64_t last_max_catchup_ = 0;   // the last step's largest draft catch-up of one sequence
-  bool pinned_ = false;            // the last step's batch had a reproducible() sequence
-  bool gated_ = false;             // the gate ran the last step without drafts
+  SpecGate gate_;                 // unused with a fixed k (benchmarks)
+  ProbeSchedule probes_;          // over the steps the gate let speculate
+  int64_t last_max_catchup_ = 0;  // the last step's largest draft catch-up of one sequence
+  bool pinned_ = false;           // the last step's batch had a reproducible() sequence
+  bool gated_ = false;            // the gate ran the last step without drafts
   int32_t valid_vocab_;
   std::mutex* pool_mu_ = nullptr;
   SpecStepTimes times_;

@@ -52,19 +52,19 @@ double adaptive_speedup(double a, int tokens, uint32_t seed) {
   std::mt19937 rng(seed);
   std::bernoulli_distribution accept(a);
   std::normal_distribution<double> jitter(1.0, 0.01);
-  int64_t speculative_steps = 0;  // SpecDecoder::speculative_steps_
-  int64_t lag = 1;                // tokens the draft's next first round carries (q_len)
+  ProbeSchedule probes;  // SpecDecoder::probes_
+  int64_t lag = 1;       // tokens the draft's next first round carries (q_len)
   int emitted = 0;
   double ms = 0;
   while (emitted < tokens) {
     int32_t k = 0;
     if (gate.speculate(1)) {
-      const bool probe = speculative_steps++ % DraftLengthPolicy::kProbePeriod ==
-                         DraftLengthPolicy::kProbePeriod - 1;
+      const bool probe = probes.next_step();
       std::vector<Sequence*> seqs{&seq};
       std::vector<int32_t> ks{policy.choose(seq, 1, probe)};
       policy.share_k(seqs, ks, probe);
       k = ks[0];
+      if (!probe && k > 0) probes.speculated();
     }
     double step_ms;
     int32_t step_tokens = 1;
