@@ -71,8 +71,8 @@ inline constexpr double kAcceptanceStepDecay = 0.8;
 // long after each probe that left the whole batch plain (up to kMaxProbePeriod). With the whole
 // batch plain a probe step costs the batch the draft's catch-up on every token it skipped and a
 // verify pass of new shapes (graph captures): 11-17 ms for ~22 tokens against 4.03 ms for 16 in
-// a plain step at batch 16 on the H200 pair. Every 16 steps, they were about half of what batch
-// 16 at acceptance 0.5 lost to plain decoding (0.85-0.91x; NOTES.md v49).
+// a plain step at batch 16 on the H200 pair, every 16 steps, where the policy kept batch 16 at
+// acceptance 0.5 plain with the gate open (0.85-0.91x plain decoding; NOTES.md v49).
 class ProbeSchedule {
  public:
   static constexpr int64_t kProbePeriod = 16;
