@@ -385,3 +385,28 @@ TEST_CASE("verify passes stay within the target runner's decode row limit, same 
     CHECK(r.ids == unlimited.results.at(id).ids);
   }
 }
+
+TEST_CASE("a draft that keeps failing probes ever more rarely (ProbeSchedule), same tokens") {
+  // The pattern draft disagrees with the random target: the policy turns each sequence's
+  // drafts off within a few steps, and only probes propose after that. With the whole batch
+  // plain after each probe, the waits double (16, 32, 64, 128 speculative steps).
+  EngineOptions o;
+  o.draft_dir = small_draft();
+  o.draft_max = 4;
+  o.draft_min = 1;
+  const std::vector<std::vector<int32_t>> prompts = {prompt_of(8, 1)};
+  const Run plain = [&] {
+    EngineOptions p = o;
+    p.draft_dir.clear();
+    return run_all(p, prompts, {400});
+  }();
+  const Run run = run_all(o, prompts, {400});
+  REQUIRE(run.results.at(0).finish);
+  CHECK(run.results.at(0).ids == plain.results.at(0).ids);
+  const SpecStats& spec = *run.results.at(0).finish->spec;
+  REQUIRE(spec.accepted == 0);  // the scenario: this draft never agrees with the target
+  // 399 decode steps: a few proposing before the estimate falls, then probes at speculative
+  // steps ~15, 31, 63, 127 and 255: 9 steps proposed. With a probe every 16 steps, 27 did.
+  CHECK(spec.drafts > 0);
+  CHECK(spec.drafts <= 12);
+}
