@@ -195,6 +195,7 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
                                                     PagePool& target_pool, int32_t page_size) {
   const size_t n = seqs.size();
   const int32_t W = valid_vocab_;  // rows compared between the two models
+  const int64_t graphs_before = target_.graphs_captured() + draft_.graphs_captured();
   // Per sequence: k, the proposals, and the draft's probabilities for them.
   std::vector<int32_t> ks(n);
   std::vector<std::vector<int32_t>> proposals(n);
@@ -499,8 +500,10 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
   const double target_ms = now_ms() - t0;
   timing_.verify_end_ns = trace_now_ns();
   // The verify's cost in plain steps needs the gate's plain steps of this batch size: none
-  // measured (a fixed k, a pinned batch, the first steps), none fed.
-  if (max_k > 0)
+  // measured (a fixed k, a pinned batch, the first steps), none fed. A step in which either
+  // runner captured a graph (a shape's first use) feeds neither the costs nor the gate.
+  captured_ = target_.graphs_captured() + draft_.graphs_captured() != graphs_before;
+  if (max_k > 0 && !captured_)
     policy_.observe_costs(draft_ms / max_k, target_ms, gate_.plain_step_ms(int32_t(n)));
   const double accept_t0 = now_ms();
   // Sampled sequences: the lossless rule over both models' rows where they lie, all in one call
@@ -609,14 +612,16 @@ void SpecDecoder::run_step(std::span<Sequence* const> seqs, PagePool& target_poo
 }
 
 void SpecDecoder::observe_step(int32_t batch_size, double step_ms, int64_t emitted) {
-  // Only steady speculative steps are measured: one in which the draft first caught up on
+  // Only steady steps are measured: a speculative one in which the draft first caught up on
   // tokens it never saw (a prompt, or the tokens of the gate's plain steps) costs more than
   // speculating does. Measured on the H200 (NOTES.md v11): counting the 32-token catch-up of
   // each probe kept the gate shut at batch 1 of the bf16 pair. A steady step catches up on
-  // at most the last emitted token and one plain step's.
+  // at most the last emitted token and one plain step's. Nor a step that captured a graph: at
+  // batch 16, acceptance 0.5 on the H200, `bench spec`'s untimed first passes, whose speculative
+  // steps paid the captures, shut the gate in four runs of four, the timed passes in one (v49).
   constexpr int64_t kSteadyCatchup = 2;
   const bool speculated = times_.draft_rounds > 0;
-  if (policy_.config().fixed_k == 0 && !pinned_ &&
+  if (policy_.config().fixed_k == 0 && !pinned_ && !captured_ &&
       (!speculated || last_max_catchup_ <= kSteadyCatchup)) {
     gate_.observe(batch_size, speculated, step_ms, emitted);
   }

@@ -232,6 +232,7 @@ class SpecDecoder {
   int64_t last_max_catchup_ = 0;  // the last step's largest draft catch-up of one sequence
   bool pinned_ = false;           // the last step's batch had a reproducible() sequence
   bool gated_ = false;            // the gate ran the last step without drafts
+  bool captured_ = false;         // a runner captured a graph during the last step
   int32_t valid_vocab_;
   std::mutex* pool_mu_ = nullptr;
   SpecStepTimes times_;

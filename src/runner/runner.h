@@ -135,6 +135,10 @@ class ModelRunner {
   // kernels::kInt4GemvMaxTokens rows are dequantized to bf16 for cuBLASLt). Speculation keeps
   // its verify passes within it. No limit by default.
   virtual int32_t decode_rows_limit() const { return std::numeric_limits<int32_t>::max(); }
+  // CUDA graphs captured so far, one per batch shape at its first forward (0 for runners
+  // without graphs). A forward that captured one is not a steady step: a capture took 0.64-9.1
+  // ms of host time against a 4-10 ms verify step on the H100 (NOTES.md v49).
+  virtual int64_t graphs_captured() const { return 0; }
   // Samples one token per request from the last forward's logits.
   virtual void sample(std::span<const SampleRequest> requests, std::span<int32_t> out_tokens) = 0;
   // sample() in two halves, for an engine that overlaps a step's host work with the next step:

@@ -55,6 +55,7 @@ class CudaRunner final : public ModelRunner {
     return last_interval_;
   }
   int32_t decode_rows_limit() const override { return decode_rows_limit_; }
+  int64_t graphs_captured() const override { return graph_count_.load(); }
   void sample(std::span<const SampleRequest> requests, std::span<int32_t> out_tokens) override;
   // The argmax into a device buffer (what the next forward's fed tokens read) and copied back
   // behind it; sample_wait() waits for that copy alone.

@@ -295,6 +295,39 @@ TEST_CASE("clip_draft_length keeps k within max_tokens and max_model_len") {
 
 namespace {
 
+// A LocalEngine over `o` (target o.model_dir, draft o.draft_dir) whose target runner `wrap`
+// may replace (a ForwardingRunner that watches or fakes).
+std::unique_ptr<LocalEngine> local_engine_with(
+    const EngineOptions& o,
+    const std::function<std::unique_ptr<ModelRunner>(std::unique_ptr<ModelRunner>)>& wrap) {
+  auto model = load_model_dir(o.model_dir);
+  REQUIRE(model.ok());
+  auto tokenizer = Tokenizer::load(o.model_dir);
+  REQUIRE(tokenizer.ok());
+  RunnerOptions ro;
+  ro.page_size = o.page_size;
+  ro.num_pages = 256;
+  ro.max_seqs = o.max_num_seqs;
+  ro.max_logit_rows = o.max_num_seqs * (o.draft_max + 1);
+  ro.threads = 1;
+  auto target = make_runner(*model, ro);
+  REQUIRE(target.ok());
+  DraftModel d;
+  auto dm = load_model_dir(o.draft_dir);
+  REQUIRE(dm.ok());
+  d.model = std::make_unique<ModelDir>(std::move(dm).value());
+  auto dr = make_runner(*d.model, ro);
+  REQUIRE(dr.ok());
+  d.runner = std::move(dr).value();
+  d.pool = std::make_unique<PagePool>(d.runner->num_pages());
+  d.config.draft_max = o.draft_max;
+  d.config.draft_min = o.draft_min;
+  d.config.max_batch = o.max_num_seqs;
+  d.config.max_forward_tokens = ro.max_batch_tokens;
+  return std::make_unique<LocalEngine>(o, std::move(model).value(), std::move(tokenizer).value(),
+                                       std::nullopt, wrap(std::move(target).value()), std::move(d));
+}
+
 // The CPU runner with a decode row limit (as the CUDA runner reports for int4 weights), noting
 // the largest verify pass it ran: a forward that keeps more logit rows than it has sequences.
 class RowLimitedRunner final : public ForwardingRunner {
@@ -313,6 +346,21 @@ class RowLimitedRunner final : public ForwardingRunner {
 
  private:
   int32_t limit_;
+};
+
+// The CPU runner reporting a graph capture at every forward, as the CUDA runner does at each
+// batch shape's first use.
+class CapturingRunner final : public ForwardingRunner {
+ public:
+  using ForwardingRunner::ForwardingRunner;
+  int64_t graphs_captured() const override { return captures_; }
+  void forward(const ForwardBatch& batch) override {
+    ++captures_;
+    ForwardingRunner::forward(batch);
+  }
+
+ private:
+  int64_t captures_ = 0;
 };
 
 }  // namespace
@@ -336,41 +384,19 @@ TEST_CASE("verify passes stay within the target runner's decode row limit, same 
     return run_all(p, prompts, {12, 12, 12, 12});
   }();
   auto run_limited = [&](int32_t limit, int64_t* largest) {
-    auto model = load_model_dir(o.model_dir);
-    REQUIRE(model.ok());
-    auto tokenizer = Tokenizer::load(o.model_dir);
-    REQUIRE(tokenizer.ok());
-    RunnerOptions ro;
-    ro.page_size = o.page_size;
-    ro.num_pages = 256;
-    ro.max_seqs = o.max_num_seqs;
-    ro.max_logit_rows = o.max_num_seqs * (o.draft_max + 1);
-    ro.threads = 1;
-    auto target = make_runner(*model, ro);
-    REQUIRE(target.ok());
-    auto* limited = new RowLimitedRunner(std::move(target).value(), limit);
-    DraftModel d;
-    auto dm = load_model_dir(o.draft_dir);
-    REQUIRE(dm.ok());
-    d.model = std::make_unique<ModelDir>(std::move(dm).value());
-    auto dr = make_runner(*d.model, ro);
-    REQUIRE(dr.ok());
-    d.runner = std::move(dr).value();
-    d.pool = std::make_unique<PagePool>(d.runner->num_pages());
-    d.config.draft_max = o.draft_max;
-    d.config.draft_min = o.draft_min;
-    d.config.max_batch = o.max_num_seqs;
-    d.config.max_forward_tokens = ro.max_batch_tokens;
-    LocalEngine engine(o, std::move(model).value(), std::move(tokenizer).value(), std::nullopt,
-                       std::unique_ptr<ModelRunner>(limited), std::move(d));
+    RowLimitedRunner* limited = nullptr;
+    auto engine = local_engine_with(o, [&](std::unique_ptr<ModelRunner> target) {
+      limited = new RowLimitedRunner(std::move(target), limit);
+      return std::unique_ptr<ModelRunner>(limited);
+    });
     Collector col;
     for (size_t i = 0; i < prompts.size(); ++i) {
-      REQUIRE(engine.submit(i, greedy(prompts[i], 12), &col).ok());
+      REQUIRE(engine->submit(i, greedy(prompts[i], 12), &col).ok());
     }
-    engine.run_until_idle();
+    engine->run_until_idle();
     *largest = limited->largest_verify;
-    for (const PoolStatus& p : engine.status().pools) CHECK_MESSAGE(p.used_pages == 0, p.name);
-    return Run{col.results, engine.status().pools};
+    for (const PoolStatus& p : engine->status().pools) CHECK_MESSAGE(p.used_pages == 0, p.name);
+    return Run{col.results, engine->status().pools};
   };
   int64_t capped = 0, open = 0;
   const Run got = run_limited(12, &capped);
@@ -409,4 +435,30 @@ TEST_CASE("a draft that keeps failing probes ever more rarely (ProbeSchedule), s
   // steps ~15, 31, 63, 127 and 255: 9 steps proposed. With a probe every 16 steps, 27 did.
   CHECK(spec.drafts > 0);
   CHECK(spec.drafts <= 12);
+}
+
+TEST_CASE("steps in which a runner captured a graph feed neither the gate nor the cost model") {
+  // A self-draft emits 3 tokens a step: ~133 steps for 400 tokens. The gate runs its fourth
+  // step plainly to measure a plain step (SpecGate::kMinSpecSteps) and, once it has, one step
+  // in every 32 or 128. With every step capturing, none is measured: that one plain step only.
+  // (Observed, the plain probes make it at least 2: the check fails without the rule.)
+  EngineOptions o;
+  o.model_dir = target_model();
+  o.draft_dir = target_model();
+  o.draft_max = 2;
+  o.draft_min = 2;
+  o.threads = 1;
+  auto engine = local_engine_with(o, [](std::unique_ptr<ModelRunner> target) {
+    return std::unique_ptr<ModelRunner>(new CapturingRunner(std::move(target)));
+  });
+  Collector col;
+  REQUIRE(engine->submit(1, greedy(prompt_of(8, 1), 400), &col).ok());
+  engine->run_until_idle();
+  REQUIRE(col.results.at(1).finish);
+  CHECK(col.results.at(1).finish->timings.decode_steps > 128);
+  const std::string text = engine->metrics_text();
+  const std::string name = "\ntandem:spec_decode_num_gated_steps_total ";
+  const size_t at = text.find(name);
+  REQUIRE(at != std::string::npos);
+  CHECK(std::stod(text.substr(at + name.size())) == 1);
 }
