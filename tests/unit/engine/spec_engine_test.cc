@@ -295,6 +295,17 @@ TEST_CASE("clip_draft_length keeps k within max_tokens and max_model_len") {
 
 namespace {
 
+// The tiny target as its own draft (it accepts every proposal), on one thread.
+EngineOptions self_draft(int32_t draft_max, int32_t draft_min) {
+  EngineOptions o;
+  o.model_dir = target_model();
+  o.draft_dir = target_model();
+  o.draft_max = draft_max;
+  o.draft_min = draft_min;
+  o.threads = 1;
+  return o;
+}
+
 // A LocalEngine over `o` (target o.model_dir, draft o.draft_dir) whose target runner `wrap`
 // may replace (a ForwardingRunner that watches or fakes).
 std::unique_ptr<LocalEngine> local_engine_with(
@@ -368,14 +379,9 @@ class CapturingRunner final : public ForwardingRunner {
 TEST_CASE("verify passes stay within the target runner's decode row limit, same tokens") {
   // A self-draft accepts everything, so the policy asks for draft_max = 8: four sequences would
   // verify 36 rows. With a limit of 12 each takes at most (12 - 4) / 4 = 2 proposals.
-  EngineOptions o;
-  o.model_dir = target_model();
-  o.draft_dir = target_model();
-  o.draft_max = 8;
-  o.draft_min = 1;
+  EngineOptions o = self_draft(8, 1);
   o.page_size = 4;
   o.max_num_seqs = 4;
-  o.threads = 1;
   const std::vector<std::vector<int32_t>> prompts = {prompt_of(9, 1), prompt_of(14, 2),
                                                      prompt_of(6, 3), prompt_of(11, 4)};
   const Run plain = [&] {
@@ -442,13 +448,7 @@ TEST_CASE("steps in which a runner captured a graph feed neither the gate nor th
   // step plainly to measure a plain step (SpecGate::kMinSpecSteps) and, once it has, one step
   // in every 32 or 128. With every step capturing, none is measured: that one plain step only.
   // (Observed, the plain probes make it at least 2: the check fails without the rule.)
-  EngineOptions o;
-  o.model_dir = target_model();
-  o.draft_dir = target_model();
-  o.draft_max = 2;
-  o.draft_min = 2;
-  o.threads = 1;
-  auto engine = local_engine_with(o, [](std::unique_ptr<ModelRunner> target) {
+  auto engine = local_engine_with(self_draft(2, 2), o, [](std::unique_ptr<ModelRunner> target) {
     return std::unique_ptr<ModelRunner>(new CapturingRunner(std::move(target)));
   });
   Collector col;
