@@ -448,7 +448,7 @@ TEST_CASE("steps in which a runner captured a graph feed neither the gate nor th
   // step plainly to measure a plain step (SpecGate::kMinSpecSteps) and, once it has, one step
   // in every 32 or 128. With every step capturing, none is measured: that one plain step only.
   // (Observed, the plain probes make it at least 2: the check fails without the rule.)
-  auto engine = local_engine_with(self_draft(2, 2), o, [](std::unique_ptr<ModelRunner> target) {
+  auto engine = local_engine_with(self_draft(2, 2), [](std::unique_ptr<ModelRunner> target) {
     return std::unique_ptr<ModelRunner>(new CapturingRunner(std::move(target)));
   });
   Collector col;
