@@ -26,9 +26,9 @@ class SpecGate {
   static constexpr int32_t kProbePeriod = 32;  // steps of a bucket between probes
   // The longest wait for a speculative probe while the gate is shut. Each probe costs the draft's
   // catch-up on the plain steps' tokens and a speculative step (~9.6 ms against 4.2 for a plain
-  // step at batch 16 on the H200 pair, NOTES.md v31): with those and the speculative steps before
-  // the gate shut, batch 16 at acceptance 0.5 ran at 0.91-0.92x plain (v46-v47), and a gate that
-  // stays shut keeps paying for its probes.
+  // step at batch 16 on the H200 pair, NOTES.md v31), and a gate that stays shut keeps paying
+  // for its probes. (Batch 16 at acceptance 0.5, 0.85-0.91x plain, lost mostly to the policy's
+  // probes with the gate open: three of four timed runs in NOTES.md v49.)
   static constexpr int32_t kMaxProbePeriod = 8 * kProbePeriod;
   // Consecutive speculative steps of a probe while shut: the first catches the draft up on the
   // plain steps' tokens (SpecDecoder does not report it), the next is measured.

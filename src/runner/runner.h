@@ -137,7 +137,8 @@ class ModelRunner {
   virtual int32_t decode_rows_limit() const { return std::numeric_limits<int32_t>::max(); }
   // CUDA graphs captured so far, one per batch shape at its first forward (0 for runners
   // without graphs). A forward that captured one is not a steady step: a capture took 0.64-9.1
-  // ms of host time against a 4-10 ms verify step on the H100 (NOTES.md v49).
+  // ms of host time against a 4-10 ms verify step on the H100 (NOTES.md v49). The same count as
+  // memory_plan().graph_count, without copying the whole plan: the spec decoder asks every step.
   virtual int64_t graphs_captured() const { return 0; }
   // Samples one token per request from the last forward's logits.
   virtual void sample(std::span<const SampleRequest> requests, std::span<int32_t> out_tokens) = 0;
