@@ -191,6 +191,33 @@ bool SpecDecoder::wants_step(std::span<Sequence* const> seqs) const {
                      [](const Sequence* s) { return DraftLengthPolicy::reproducible(*s); });
 }
 
+std::vector<char> SpecDecoder::refeed_for_bucket(std::span<Sequence* const> seqs,
+                                                 std::span<const int32_t> ks, int64_t first_round,
+                                                 int64_t budget) const {
+  std::vector<char> refeed(seqs.size(), 0);
+  const int64_t bucket = draft_.graph_token_bucket();
+  const auto proposing = std::count_if(ks.begin(), ks.end(), [](int32_t k) { return k > 0; });
+  // One token a sequence is a plain decode shape, of which there are few: left as it is.
+  if (bucket <= 1 || first_round <= proposing) return refeed;
+  const int64_t want = (first_round + bucket - 1) / bucket * bucket;
+  if (want > budget) return refeed;
+  // The candidates compute one token this round and hold the K/V of the token before it, an
+  // output token (prompt pages may be shared with other sequences through the prefix cache;
+  // an output token's page is the sequence's own). Recomputing it writes the same K/V again,
+  // up to rounding: only the draft's proposals can change, never what verification accepts.
+  std::vector<size_t> candidates;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const Sequence& seq = *seqs[i];
+    if (ks[i] > 0 && int64_t(seq.tokens.size()) - seq.draft_computed == 1 &&
+        seq.draft_computed - 1 >= seq.prompt_len) {
+      candidates.push_back(i);
+    }
+  }
+  if (int64_t(candidates.size()) < want - first_round) return refeed;
+  for (int64_t j = 0; j < want - first_round; ++j) refeed[candidates[size_t(j)]] = 1;
+  return refeed;
+}
+
 std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> seqs,
                                                     PagePool& target_pool, int32_t page_size) {
   const size_t n = seqs.size();
@@ -282,6 +309,8 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
     ks[i] = k;
   }
 
+  const std::vector<char> refeed = refeed_for_bucket(seqs, ks, first_round, budget);
+
   timing_.draft_start_ns = trace_now_ns();
   if (!catchup.empty()) {
     std::vector<int32_t> tokens;
@@ -337,12 +366,14 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
       // the device when its round is in flight.
       const int64_t len = int64_t(seq.tokens.size());
       const int64_t view_len = len + r;
+      // A re-fed sequence's first round starts one token early (refeed_for_bucket).
+      const int64_t from = seq.draft_computed - (r == 0 && refeed[i] ? 1 : 0);
       SeqSlice s;
       s.q_start = int32_t(tokens.size());
-      s.q_len = int32_t(view_len - seq.draft_computed);
+      s.q_len = int32_t(view_len - from);
       s.context_len = int32_t(view_len);
       s.pages = seq.draft_pages.pages;
-      for (int64_t pos = seq.draft_computed; pos < view_len; ++pos) {
+      for (int64_t pos = from; pos < view_len; ++pos) {
         const size_t p = size_t(pos - len);  // the proposal's number when pos >= len
         const bool on_device = pos >= len && p >= proposals[i].size();
         tokens.push_back(pos < len ? seq.tokens[size_t(pos)] : on_device ? 0 : proposals[i][p]);

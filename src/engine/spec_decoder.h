@@ -222,6 +222,11 @@ class SpecDecoder {
 
  private:
   std::unique_lock<std::mutex> lock_pools();
+  // Which sequences' first draft round re-feeds the token before their one new token, so that
+  // the round's `first_round` tokens reach a multiple of the draft runner's graph_token_bucket()
+  // (within `budget`): [seq] 1 to re-feed. None where that many such sequences are lacking.
+  std::vector<char> refeed_for_bucket(std::span<Sequence* const> seqs, std::span<const int32_t> ks,
+                                      int64_t first_round, int64_t budget) const;
 
   ModelRunner& target_;
   ModelRunner& draft_;

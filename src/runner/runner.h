@@ -140,6 +140,12 @@ class ModelRunner {
   // ms of host time against a 4-10 ms verify step on the H100 (NOTES.md v49). The same count as
   // memory_plan().graph_count, without copying the whole plan: the spec decoder asks every step.
   virtual int64_t graphs_captured() const { return 0; }
+  // The token count a multi-token forward of a few tokens a sequence (a draft's first round) is
+  // best padded up to a multiple of, or 1 for none. A runner that replays a CUDA graph per batch
+  // shape captures one at each new count: a draft's first round at batch 16 carries 17-32
+  // tokens (one or two a sequence, as the last verify accepted), and in a 128-token run at
+  // acceptance 0.5 its captures cost 65-111 ms of 710-780 (H100, NOTES.md v50).
+  virtual int32_t graph_token_bucket() const { return 1; }
   // Samples one token per request from the last forward's logits.
   virtual void sample(std::span<const SampleRequest> requests, std::span<int32_t> out_tokens) = 0;
   // sample() in two halves, for an engine that overlaps a step's host work with the next step:

@@ -56,6 +56,9 @@ class CudaRunner final : public ModelRunner {
   }
   int32_t decode_rows_limit() const override { return decode_rows_limit_; }
   int64_t graphs_captured() const override { return graph_count_.load(); }
+  // Multi-token forwards of up to 32 tokens replay graphs (cuda_runner.cc, kSmallQueryMaxTokens):
+  // counts in 8s leave batch 16's first draft rounds two shapes (24, 32) instead of 16.
+  int32_t graph_token_bucket() const override { return use_graphs_ ? 8 : 1; }
   void sample(std::span<const SampleRequest> requests, std::span<int32_t> out_tokens) override;
   // The argmax into a device buffer (what the next forward's fed tokens read) and copied back
   // behind it; sample_wait() waits for that copy alone.

@@ -24,6 +24,7 @@ class ForwardingRunner : public ModelRunner {
   void forward(const ForwardBatch& batch) override { inner_->forward(batch); }
   int32_t decode_rows_limit() const override { return inner_->decode_rows_limit(); }
   int64_t graphs_captured() const override { return inner_->graphs_captured(); }
+  int32_t graph_token_bucket() const override { return inner_->graph_token_bucket(); }
   // The asynchronous pair goes to the inner runner too: it holds the ids a fed forward reads.
   void sample_async(std::span<const SampleRequest> r) override { inner_->sample_async(r); }
   void sample_wait(std::span<int32_t> out) override { inner_->sample_wait(out); }

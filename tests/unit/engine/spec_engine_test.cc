@@ -45,6 +45,23 @@ const std::string& small_draft() {
   return dir;
 }
 
+// A pattern model (model/pattern_model.h) of `preset`: with one seed, a target at divergence 0
+// and a draft at `divergence` agree on about 1 - divergence of the tokens.
+std::string pattern_model(const char* name, const char* preset, double divergence) {
+  const std::string d = std::filesystem::temp_directory_path() / name;
+  if (!std::filesystem::exists(d + "/config.json")) {
+    MkModelOptions o;
+    o.preset = preset;
+    o.out_dir = d;
+    o.seed = 13;
+    o.tokenizer_dir = qwen_tokenizer_dir();
+    o.pattern = mkmodel::PatternOptions{7, divergence, 2048};
+    Status st = make_model(o);
+    REQUIRE_MESSAGE(st.ok(), st.error().to_string());
+  }
+  return d;
+}
+
 struct Run {
   std::map<uint64_t, Collector::Result> results;
   std::vector<PoolStatus> pools;
@@ -306,11 +323,14 @@ EngineOptions self_draft(int32_t draft_max, int32_t draft_min) {
   return o;
 }
 
-// A LocalEngine over `o` (target o.model_dir, draft o.draft_dir) whose target runner `wrap`
-// may replace (a ForwardingRunner that watches or fakes).
-std::unique_ptr<LocalEngine> local_engine_with(
-    const EngineOptions& o,
-    const std::function<std::unique_ptr<ModelRunner>(std::unique_ptr<ModelRunner>)>& wrap) {
+using WrapRunner = std::function<std::unique_ptr<ModelRunner>(std::unique_ptr<ModelRunner>)>;
+
+// A LocalEngine over `o` (target o.model_dir, draft o.draft_dir) whose target and draft runners
+// `wrap` and `wrap_draft` may replace (a ForwardingRunner that watches or fakes).
+// fixed_k > 0: always that many proposals (SpecConfig::fixed_k), as the benchmarks run.
+std::unique_ptr<LocalEngine> local_engine_with(const EngineOptions& o, const WrapRunner& wrap,
+                                               const WrapRunner& wrap_draft = {},
+                                               int32_t fixed_k = 0) {
   auto model = load_model_dir(o.model_dir);
   REQUIRE(model.ok());
   auto tokenizer = Tokenizer::load(o.model_dir);
@@ -329,10 +349,11 @@ std::unique_ptr<LocalEngine> local_engine_with(
   d.model = std::make_unique<ModelDir>(std::move(dm).value());
   auto dr = make_runner(*d.model, ro);
   REQUIRE(dr.ok());
-  d.runner = std::move(dr).value();
+  d.runner = wrap_draft ? wrap_draft(std::move(dr).value()) : std::move(dr).value();
   d.pool = std::make_unique<PagePool>(d.runner->num_pages());
   d.config.draft_max = o.draft_max;
   d.config.draft_min = o.draft_min;
+  d.config.fixed_k = fixed_k;
   d.config.max_batch = o.max_num_seqs;
   d.config.max_forward_tokens = ro.max_batch_tokens;
   return std::make_unique<LocalEngine>(o, std::move(model).value(), std::move(tokenizer).value(),
@@ -357,6 +378,30 @@ class RowLimitedRunner final : public ForwardingRunner {
 
  private:
   int32_t limit_;
+};
+
+// The CPU runner asking for multi-token forwards in counts of 8 (as the CUDA runner's graphs
+// do), noting the token count of each steady first round of the draft: one logit row a
+// sequence, one or two tokens each, some two (prompts and catch-ups carry more).
+class BucketRunner final : public ForwardingRunner {
+ public:
+  BucketRunner(std::unique_ptr<ModelRunner> inner, int32_t bucket)
+      : ForwardingRunner(std::move(inner)), bucket_(bucket) {}
+  int32_t graph_token_bucket() const override { return bucket_; }
+  void forward(const ForwardBatch& batch) override {
+    const bool steady = std::all_of(batch.seqs.begin(), batch.seqs.end(),
+                                    [](const SeqSlice& s) { return s.q_len <= 2; });
+    if (steady && batch.tokens.size() > batch.seqs.size() &&
+        batch.logit_rows.size() == batch.seqs.size()) {
+      first_rounds.push_back({int64_t(batch.tokens.size()), int64_t(batch.seqs.size())});
+    }
+    ForwardingRunner::forward(batch);
+  }
+
+  std::vector<std::pair<int64_t, int64_t>> first_rounds;  // (tokens, sequences) of each
+
+ private:
+  int32_t bucket_;
 };
 
 // The CPU runner reporting a graph capture at every forward, as the CUDA runner does at each
@@ -461,4 +506,72 @@ TEST_CASE("steps in which a runner captured a graph feed neither the gate nor th
   const size_t at = text.find(name);
   REQUIRE(at != std::string::npos);
   CHECK(std::stod(text.substr(at + name.size())) == 1);
+}
+
+TEST_CASE("a draft's first rounds re-feed tokens up to its runner's graph bucket, same tokens") {
+  // Six sequences of a pattern pair that agrees on about half the tokens: after a verify that
+  // accepted every proposal a sequence's first round carries two tokens, else one, so the
+  // rounds' counts scatter over 7-12 tokens. Asked for counts in 8s, the decoder re-feeds the
+  // token before the new one of some one-token sequences: 8, or 16 where 12 are needed (no
+  // bucket when more than two sequences already carry two, past 8, and too few carry one).
+  EngineOptions o;
+  o.model_dir = pattern_model("tandem-spec-test-bucket-target", "tiny-qwen", 0.0);
+  o.draft_dir = pattern_model("tandem-spec-test-bucket-draft", "tiny-qwen-draft", 0.5);
+  o.draft_max = 2;
+  o.draft_min = 1;
+  o.threads = 1;
+  o.max_num_seqs = 6;
+  std::vector<std::vector<int32_t>> prompts;
+  for (int32_t i = 0; i < 6; ++i) prompts.push_back(prompt_of(7 + 3 * i, 20 + i));
+  const std::vector<int32_t> lens(prompts.size(), 40);
+  const Run plain = [&] {
+    EngineOptions p = o;
+    p.draft_dir.clear();
+    auto engine = make_engine(p);
+    Collector col;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      REQUIRE(engine->submit(i, greedy(prompts[i], lens[i]), &col).ok());
+    }
+    engine->run_until_idle();
+    return Run{col.results, engine->status().pools};
+  }();
+  using Rounds = std::vector<std::pair<int64_t, int64_t>>;
+  auto run_bucket = [&](int32_t bucket, Rounds* rounds) {
+    BucketRunner* draft = nullptr;
+    auto engine = local_engine_with(
+        o, [](std::unique_ptr<ModelRunner> target) { return target; },
+        [&](std::unique_ptr<ModelRunner> inner) {
+          draft = new BucketRunner(std::move(inner), bucket);
+          return std::unique_ptr<ModelRunner>(draft);
+        },
+        /*fixed_k=*/2);
+    Collector col;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      REQUIRE(engine->submit(i, greedy(prompts[i], lens[i]), &col).ok());
+    }
+    engine->run_until_idle();
+    *rounds = draft->first_rounds;
+    for (const PoolStatus& p : engine->status().pools) CHECK_MESSAGE(p.used_pages == 0, p.name);
+    return col.results;
+  };
+  Rounds in_eights, as_they_come;
+  const auto padded = run_bucket(8, &in_eights);
+  const auto unpadded = run_bucket(1, &as_they_come);
+  for (const auto& [id, r] : padded) {
+    CAPTURE(id);
+    CHECK(r.ids == plain.results.at(id).ids);
+    CHECK(r.ids == unpadded.at(id).ids);
+  }
+  // Rounds of at least four sequences, where 8 is in reach (more than 8 tokens and fewer than
+  // four carrying one happens only when no sequence has an output token before its new one: the
+  // first round after the prompts).
+  auto off_bucket = [](const Rounds& rounds) {
+    return std::count_if(rounds.begin(), rounds.end(),
+                         [](const auto& r) { return r.second >= 4 && r.first % 8 != 0; });
+  };
+  CAPTURE(in_eights.size());
+  CAPTURE(as_they_come.size());
+  REQUIRE(as_they_come.size() >= 8);  // the scenario: many steady multi-token first rounds
+  CHECK(off_bucket(as_they_come) >= 5);
+  CHECK(off_bucket(in_eights) <= 1);
 }
