@@ -67,9 +67,10 @@ struct Run {
   std::vector<PoolStatus> pools;
 };
 
+// The prompts greedy on `o`'s engine (target: o.model_dir, the tiny model when unset).
 Run run_all(EngineOptions o, const std::vector<std::vector<int32_t>>& prompts,
             const std::vector<int>& max_tokens) {
-  o.model_dir = target_model();
+  if (o.model_dir.empty()) o.model_dir = target_model();
   auto engine = make_engine(o);
   Collector col;
   for (size_t i = 0; i < prompts.size(); ++i) {
@@ -523,17 +524,11 @@ TEST_CASE("a draft's first rounds re-feed tokens up to its runner's graph bucket
   o.max_num_seqs = 6;
   std::vector<std::vector<int32_t>> prompts;
   for (int32_t i = 0; i < 6; ++i) prompts.push_back(prompt_of(7 + 3 * i, 20 + i));
-  const std::vector<int32_t> lens(prompts.size(), 40);
+  const std::vector<int> lens(prompts.size(), 40);
   const Run plain = [&] {
     EngineOptions p = o;
     p.draft_dir.clear();
-    auto engine = make_engine(p);
-    Collector col;
-    for (size_t i = 0; i < prompts.size(); ++i) {
-      REQUIRE(engine->submit(i, greedy(prompts[i], lens[i]), &col).ok());
-    }
-    engine->run_until_idle();
-    return Run{col.results, engine->status().pools};
+    return run_all(p, prompts, lens);
   }();
   using Rounds = std::vector<std::pair<int64_t, int64_t>>;
   auto run_bucket = [&](int32_t bucket, Rounds* rounds) {
