@@ -201,15 +201,15 @@ std::vector<char> SpecDecoder::refeed_for_bucket(std::span<Sequence* const> seqs
   if (bucket <= 1 || first_round <= proposing) return refeed;
   const int64_t want = (first_round + bucket - 1) / bucket * bucket;
   if (want > budget) return refeed;
-  // The candidates compute one token this round and hold the K/V of the token before it, an
-  // output token (prompt pages may be shared with other sequences through the prefix cache;
-  // an output token's page is the sequence's own). Recomputing it writes the same K/V again,
-  // up to rounding: only the draft's proposals can change, never what verification accepts.
+  // The candidates compute one token this round and hold the K/V of the token before it, in a
+  // page of their own (the draft's pool has no prefix cache). Recomputing it writes the same
+  // K/V again, up to rounding: only the draft's proposals can change, never what verification
+  // accepts.
   std::vector<size_t> candidates;
   for (size_t i = 0; i < seqs.size(); ++i) {
     const Sequence& seq = *seqs[i];
     if (ks[i] > 0 && int64_t(seq.tokens.size()) - seq.draft_computed == 1 &&
-        seq.draft_computed - 1 >= seq.prompt_len) {
+        seq.draft_computed >= 1) {
       candidates.push_back(i);
     }
   }

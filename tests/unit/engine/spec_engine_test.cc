@@ -557,9 +557,8 @@ TEST_CASE("a draft's first rounds re-feed tokens up to its runner's graph bucket
     CHECK(r.ids == plain.results.at(id).ids);
     CHECK(r.ids == unpadded.at(id).ids);
   }
-  // Rounds of at least four sequences, where 8 is in reach (more than 8 tokens and fewer than
-  // four carrying one happens only when no sequence has an output token before its new one: the
-  // first round after the prompts).
+  // Rounds of at least four sequences, where 8 is in reach. (16 is not always: one of 9 tokens,
+  // three sequences carrying two, would need seven re-fed tokens from the three carrying one.)
   auto off_bucket = [](const Rounds& rounds) {
     return std::count_if(rounds.begin(), rounds.end(),
                          [](const auto& r) { return r.second >= 4 && r.first % 8 != 0; });
