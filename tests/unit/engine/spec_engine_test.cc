@@ -512,9 +512,9 @@ TEST_CASE("steps in which a runner captured a graph feed neither the gate nor th
 TEST_CASE("a draft's first rounds re-feed tokens up to its runner's graph bucket, same tokens") {
   // Six sequences of a pattern pair that agrees on about half the tokens: after a verify that
   // accepted every proposal a sequence's first round carries two tokens, else one, so the
-  // rounds' counts scatter over 7-12 tokens. Asked for counts in 8s, the decoder re-feeds the
-  // token before the new one of some one-token sequences: 8, or 16 where 12 are needed (no
-  // bucket when more than two sequences already carry two, past 8, and too few carry one).
+  // rounds carry 7-12 tokens (7-9 seen). Asked for counts in 8s, the decoder re-feeds the token
+  // before the new one of as many one-token sequences as the next multiple of 8 needs: 7 tokens
+  // become 8; 9 would need seven of the three one-token sequences for 16, and stay 9.
   EngineOptions o;
   o.model_dir = pattern_model("tandem-spec-test-bucket-target", "tiny-qwen", 0.0);
   o.draft_dir = pattern_model("tandem-spec-test-bucket-draft", "tiny-qwen-draft", 0.5);
