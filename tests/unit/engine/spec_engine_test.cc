@@ -28,38 +28,10 @@ const std::string& target_model() {
 // (model/pattern_model.h): it disagrees often with the random target, which mostly repeats its
 // input token (tied embeddings dominate a tiny random model's residual stream).
 const std::string& small_draft() {
-  static const std::string dir = [] {
-    std::string d = std::filesystem::temp_directory_path() / "tandem-spec-test-pattern-draft";
-    if (!std::filesystem::exists(d + "/config.json")) {
-      MkModelOptions o;
-      o.preset = "tiny-qwen-draft";
-      o.out_dir = d;
-      o.seed = 11;
-      o.tokenizer_dir = qwen_tokenizer_dir();
-      o.pattern = mkmodel::PatternOptions{5, 0.0, 2048};
-      Status st = make_model(o);
-      REQUIRE_MESSAGE(st.ok(), st.error().to_string());
-    }
-    return d;
-  }();
+  static const std::string dir =
+      make_tiny_model("tandem-spec-test-pattern-draft", "tiny-qwen-draft", 11,
+                      mkmodel::PatternOptions{5, 0.0, 2048});
   return dir;
-}
-
-// A pattern model (model/pattern_model.h) of `preset`: with one seed, a target at divergence 0
-// and a draft at `divergence` agree on about 1 - divergence of the tokens.
-std::string pattern_model(const char* name, const char* preset, double divergence) {
-  const std::string d = std::filesystem::temp_directory_path() / name;
-  if (!std::filesystem::exists(d + "/config.json")) {
-    MkModelOptions o;
-    o.preset = preset;
-    o.out_dir = d;
-    o.seed = 13;
-    o.tokenizer_dir = qwen_tokenizer_dir();
-    o.pattern = mkmodel::PatternOptions{7, divergence, 2048};
-    Status st = make_model(o);
-    REQUIRE_MESSAGE(st.ok(), st.error().to_string());
-  }
-  return d;
 }
 
 struct Run {
@@ -327,9 +299,9 @@ EngineOptions self_draft(int32_t draft_max, int32_t draft_min) {
 using WrapRunner = std::function<std::unique_ptr<ModelRunner>(std::unique_ptr<ModelRunner>)>;
 
 // A LocalEngine over `o` (target o.model_dir, draft o.draft_dir) whose target and draft runners
-// `wrap` and `wrap_draft` may replace (a ForwardingRunner that watches or fakes).
+// `wrap` and `wrap_draft`, where given, replace (a ForwardingRunner that watches or fakes).
 // fixed_k > 0: always that many proposals (SpecConfig::fixed_k), as the benchmarks run.
-std::unique_ptr<LocalEngine> local_engine_with(const EngineOptions& o, const WrapRunner& wrap,
+std::unique_ptr<LocalEngine> local_engine_with(const EngineOptions& o, const WrapRunner& wrap = {},
                                                const WrapRunner& wrap_draft = {},
                                                int32_t fixed_k = 0) {
   auto model = load_model_dir(o.model_dir);
@@ -357,8 +329,9 @@ std::unique_ptr<LocalEngine> local_engine_with(const EngineOptions& o, const Wra
   d.config.fixed_k = fixed_k;
   d.config.max_batch = o.max_num_seqs;
   d.config.max_forward_tokens = ro.max_batch_tokens;
-  return std::make_unique<LocalEngine>(o, std::move(model).value(), std::move(tokenizer).value(),
-                                       std::nullopt, wrap(std::move(target).value()), std::move(d));
+  return std::make_unique<LocalEngine>(
+      o, std::move(model).value(), std::move(tokenizer).value(), std::nullopt,
+      wrap ? wrap(std::move(target).value()) : std::move(target).value(), std::move(d));
 }
 
 // The CPU runner with a decode row limit (as the CUDA runner reports for int4 weights), noting
@@ -516,8 +489,11 @@ TEST_CASE("a draft's first rounds re-feed tokens up to its runner's graph bucket
   // before the new one of as many one-token sequences as the next multiple of 8 needs: 7 tokens
   // become 8; 9 would need seven of the three one-token sequences for 16, and stay 9.
   EngineOptions o;
-  o.model_dir = pattern_model("tandem-spec-test-bucket-target", "tiny-qwen", 0.0);
-  o.draft_dir = pattern_model("tandem-spec-test-bucket-draft", "tiny-qwen-draft", 0.5);
+  // One pattern seed: the draft at divergence 0.5 agrees on about half of the target's tokens.
+  o.model_dir = make_tiny_model("tandem-spec-test-bucket-target", "tiny-qwen", 13,
+                                mkmodel::PatternOptions{7, 0.0, 2048});
+  o.draft_dir = make_tiny_model("tandem-spec-test-bucket-draft", "tiny-qwen-draft", 13,
+                                mkmodel::PatternOptions{7, 0.5, 2048});
   o.draft_max = 2;
   o.draft_min = 1;
   o.threads = 1;
@@ -534,7 +510,7 @@ TEST_CASE("a draft's first rounds re-feed tokens up to its runner's graph bucket
   auto run_bucket = [&](int32_t bucket, Rounds* rounds) {
     BucketRunner* draft = nullptr;
     auto engine = local_engine_with(
-        o, [](std::unique_ptr<ModelRunner> target) { return target; },
+        o, /*wrap=*/{},
         [&](std::unique_ptr<ModelRunner> inner) {
           draft = new BucketRunner(std::move(inner), bucket);
           return std::unique_ptr<ModelRunner>(draft);
