@@ -579,6 +579,10 @@ int32_t decode_attention_splits(int32_t head_dim, int32_t num_slices) {
                                                  : num_slices;
 }
 
+int32_t decode_attention_block_slices(int32_t head_dim) {
+  return decode_attention_tensor_cores(head_dim) ? tc_max_warps(head_dim) : 1;
+}
+
 void launch_decode_attention(const __nv_bfloat16* q, const __nv_bfloat16* k_cache,
                              const __nv_bfloat16* v_cache, const int32_t* token_seq,
                              const int32_t* positions, const int32_t* seq_page_start,

@@ -32,6 +32,10 @@ inline bool decode_attention_tensor_cores(int32_t head_dim) {
 // writes the output itself; the scalar kernel always merges).
 int32_t decode_attention_splits(int32_t head_dim, int32_t num_slices);
 
+// Slices one block merges on this device (1 for the scalar kernel): up to that many, no partial
+// states and no merge launch.
+int32_t decode_attention_block_slices(int32_t head_dim);
+
 // Floats of scratch `partials` must hold: num_tokens * num_heads * splits * (head_dim + 2), with
 // splits = decode_attention_splits(head_dim, num_slices) <= kDecodeMaxSplits. head_dim % 8 == 0,
 // <= 256; num_heads / num_kv_heads <= kDecodeMaxGroup; num_slices <= kDecodeMaxSlices (tensor

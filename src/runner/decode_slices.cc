@@ -35,9 +35,22 @@ int32_t decode_slice_count(const DecodeSliceShape& s, const DecodeSliceLimits& l
     // its combine launch cost more there (H200, batch 1, NOTES.md v36: at 256 keys 7B 3.70 ->
     // 3.65-3.67 ms, 8B 4.04 -> 4.01, 0.5B 0.61 -> 0.56; at 384 keys 0.5B 0.60 -> 0.57, 7B
     // unchanged; at 512 the 7B lost 15-40 us). Larger grids were not measured so.
+    //
+    // At head size 64 (the drafts: Qwen2.5-0.5B, Llama-3.2-1B) contexts of up to a block's worth
+    // of tiles take a whole block of slices, each then less than a tile (the kernel splits keys
+    // by count; warps past the context hold empty slices). The 0.5B's batch-1 step was faster so
+    // (H100, NOTES.md v51: 0.5414 -> 0.5286 ms at 64-192 keys, 0.532 -> 0.526 at 128-256), and
+    // the slice count, part of the CUDA runner's graph key, no longer changes every 32 keys (each
+    // change captured the batch's graphs again). At head size 128 the 7B lost 5-10 us a step so
+    // (4.835 -> 4.844 ms at 64-192 keys), and keeps one slice a tile.
     const int64_t one_block_tiles = blocks <= 8 ? 12 : 8;
+    const int64_t whole_block =
+        s.head_dim <= 64 ? std::clamp<int64_t>(limits.block_slices, 1, 8) : 1;
     const auto up = [&](int64_t n) {
-      return n <= 8 ? n : n <= one_block_tiles ? 8 : (n + 7) / 8 * 8;
+      return n <= whole_block       ? whole_block
+             : n <= 8               ? n
+             : n <= one_block_tiles ? 8
+                                    : (n + 7) / 8 * 8;
     };
     const auto down = [](int64_t n) { return n <= 8 ? n : n / 8 * 8; };
     slices = std::min(up(by_ctx), down(std::max<int64_t>(1, kDecodeWarpsPerSm * s.sms / blocks)));

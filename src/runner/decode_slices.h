@@ -18,12 +18,16 @@ struct DecodeSliceShape {
   int32_t max_context = 1;   // keys of the longest context among the tokens
   bool tensor_cores = true;  // head size 64 or 128: the tensor-core kernel
   int32_t sms = 1;           // the device's multiprocessors
+  int32_t head_dim = 128;
 };
 
 // The kernels' limits (kernels/decode_attention.cuh), passed in so this file needs no CUDA header.
 struct DecodeSliceLimits {
   int32_t max_slices = 512;  // kDecodeMaxSlices: the tensor-core kernel
   int32_t max_splits = 64;   // kDecodeMaxSplits: the scalar kernel
+  // decode_attention_block_slices: slices one tensor-core block merges on the device (8 on
+  // Hopper and A100 at both head sizes; fewer at head size 128 where shared memory is smaller).
+  int32_t block_slices = 8;
 };
 
 // Slices per (token, KV head) for the GQA decode kernels, or 0 where the per-query-head kernel

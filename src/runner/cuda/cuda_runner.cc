@@ -202,6 +202,7 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig& config
   r->attn_partials_ =
       DeviceBuffer(size_t(kDecodeSplitRows * config.num_heads * (config.head_dim + 2) * 4));
   TANDEM_CUDA_CHECK(cudaDeviceGetAttribute(&r->num_sms_, cudaDevAttrMultiProcessorCount, device));
+  r->decode_block_slices_ = kernels::decode_attention_block_slices(int32_t(config.head_dim));
   r->argmax_scratch_ = DeviceBuffer(kernels::argmax_scratch_bytes(int32_t(config.vocab_size)));
   TANDEM_CUDA_CHECK(cudaMemset(r->argmax_scratch_.ptr(), 0, r->argmax_scratch_.bytes()));
   r->greedy_ids_ = PinnedBuffer(size_t(L * 4), /*mapped=*/true);
@@ -454,9 +455,11 @@ void CudaRunner::forward(const ForwardBatch& batch) {
                                  int32_t(group),
                                  max_ctx,
                                  kernels::decode_attention_tensor_cores(int32_t(config_.head_dim)),
-                                 num_sms_};
+                                 num_sms_,
+                                 int32_t(config_.head_dim)};
     decode_slices_ = decode_slice_count(
-        shape, DecodeSliceLimits{kernels::kDecodeMaxSlices, kernels::kDecodeMaxSplits});
+        shape, DecodeSliceLimits{kernels::kDecodeMaxSlices, kernels::kDecodeMaxSplits,
+                                 decode_block_slices_});
   }
   const size_t meta_bytes = size_t(off_page_ids_ + refs) * 4;
   // On copy_stream_ the copy waits only for the forward two back (the last to read copy b), so

@@ -185,6 +185,7 @@ class CudaRunner final : public ModelRunner {
   // verify), so lm_head reads the final norm's rows in place, with no gather launch.
   bool logits_in_place_ = false;
   int32_t num_sms_ = 1;
+  int32_t decode_block_slices_ = 1;  // kernels::decode_attention_block_slices, once
 
   // Activations.
   DeviceBuffer residual_;        // [max_tokens, hidden] fp32
