@@ -27,6 +27,8 @@ std::vector<Setting> settings_of(DaemonConfig& c) {
       {"prefill_chunk", &e.prefill_chunk, "Prompt tokens per prefill chunk"},
       {"max_model_len", &e.max_model_len, "Longest sequence; 0 = the model's"},
       {"max_queue", &e.max_queue, "Waiting requests before new ones are refused"},
+      {"max_cuda_graphs", &e.max_cuda_graphs,
+       "CUDA graphs kept per GPU runner; past it the least recently used is released"},
       {"scheduling_policy", &e.scheduling_policy, "Admission order and preemption victims: fcfs"},
       {"threads", &e.threads, "CPU runner threads; 0 = all cores"},
       {"quantization", &e.quantization,

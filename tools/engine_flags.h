@@ -33,6 +33,9 @@ inline void add_engine_flags(CLI::App* cmd, EngineFlags& f) {
   cmd->add_option("--max-num-batched-tokens", f.options.max_num_batched_tokens);
   cmd->add_option("--prefill-chunk", f.options.prefill_chunk, "Prompt tokens per prefill chunk");
   cmd->add_option("--max-model-len", f.options.max_model_len);
+  cmd->add_option("--max-cuda-graphs", f.options.max_cuda_graphs,
+                  "CUDA graphs kept per GPU runner; past it the least recently used is released")
+      ->capture_default_str();
   cmd->add_option("--scheduling-policy", f.options.scheduling_policy,
                   "Admission order and preemption victims: fcfs");
   cmd->add_option("--threads", f.options.threads, "CPU runner threads (0 = all cores)");

@@ -94,6 +94,9 @@ Status check_limits(const EngineOptions& o) {
     return out_of_range("--max-num-seqs", std::to_string(o.max_num_seqs),
                         "between 1 and " + std::to_string(kMaxNumSeqs));
   }
+  if (o.max_cuda_graphs < 1) {
+    return out_of_range("--max-cuda-graphs", std::to_string(o.max_cuda_graphs), ">= 1");
+  }
   if (o.max_queue < 1) {  // 0 refused every request as "the request queue is full"
     return out_of_range("--max-queue", std::to_string(o.max_queue), ">= 1");
   }
@@ -143,6 +146,7 @@ Result<std::unique_ptr<Engine>> create_engine(const EngineOptions& options) {
   ro.device_timing = options.trace;
   ro.device = options.decode_device;
   ro.quantization = options.quantization;
+  ro.max_graphs = options.max_cuda_graphs;
   RunnerOptions target_ro = ro;
   // One device runs colocated (nothing shipped) unless a GPU transport is named: then two
   // runners share the device (tests of the shipping path on one GPU), each with half the memory.

@@ -44,6 +44,7 @@ struct EngineOptions {
   int32_t prefill_chunk = 512;            // tokens per prefill chunk of one prompt
   int32_t max_model_len = 0;              // 0 = the model's max_position_embeddings
   int32_t max_queue = 1024;               // waiting requests before kOverloaded
+  int32_t max_cuda_graphs = 512;          // per CUDA runner (RunnerOptions::max_graphs)
   int32_t threads = 0;                    // CPU runner threads; 0 = all cores
   bool trace = true;                      // --trace on|off: per-request spans and the ring
   bool prefix_caching = true;             // --prefix-caching on|off: share cached prompt pages

@@ -98,9 +98,13 @@ std::vector<DeviceMemory> memory_report(const std::vector<RunnerRole>& runners,
           "sampled speculation's rows, sized for --spec-max-batch " +
               std::to_string(o.spec_max_batch) + " and --draft-max " + std::to_string(o.draft_max));
       // Captured graphs stay listed at 0 bytes: the driver may place them in memory it holds.
+      // Past RunnerOptions::max_graphs the least recently used are released; the bytes are the
+      // falls measured at each capture, released graphs' included.
+      const int32_t released = p.graph_count - p.graphs_held;
       add("cuda graphs (" + who + ")", p.graph_bytes,
-          std::to_string(p.graph_count) + " captured decode graphs (the driver's free bytes fell " +
-              "by this much around their instantiation and upload)",
+          std::to_string(p.graph_count) + " captured decode graphs" +
+              (released > 0 ? ", " + std::to_string(released) + " since released" : "") +
+              " (the driver's free bytes fell by this much around their instantiation and upload)",
           p.graph_count > 0);
       free_bytes = std::min(free_bytes, p.device_free_bytes);
       if (!cpu) d.total_bytes = p.device_total_bytes;

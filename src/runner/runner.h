@@ -81,6 +81,10 @@ struct RunnerOptions {
   int32_t threads = 0;  // CPU runner: 0 = hardware concurrency
   // Time each forward on the device for traces (CUDA: a pair of events per forward).
   bool device_timing = false;
+  // CUDA graphs the runner keeps (one per batch shape it has met); past this many, the least
+  // recently used is released and captured again if its shape returns. A long-running server
+  // meets ever more shapes, each holding the driver's host and device memory while kept.
+  int32_t max_graphs = 512;
   // "" = the checkpoint as stored; "fp8" = quantize a float checkpoint's Linears at load
   // (model/quant_config.h load_time_quantization).
   std::string quantization;
@@ -96,7 +100,8 @@ struct MemoryPlan {
   int64_t prob_rows_bytes = 0;  // RunnerOptions::prob_rows reserved (CUDA)
   int64_t workspace_bytes = 0;  // cuBLASLt workspace, split-K scratch, batch metadata
   int64_t graph_bytes = 0;  // captured CUDA graphs (the driver may place them in memory it holds)
-  int32_t graph_count = 0;  // CUDA graphs captured so far
+  int32_t graph_count = 0;  // CUDA graphs captured so far (released ones included)
+  int32_t graphs_held = 0;  // of them, kept now (at most RunnerOptions::max_graphs)
   int64_t device_total_bytes = 0;
   int64_t device_free_bytes = 0;    // right after this runner finished allocating
   int64_t baseline_used_bytes = 0;  // CUDA: used before it (context, other runners/processes)

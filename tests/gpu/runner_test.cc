@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "gpu_test_util.h"
 #include "model/model_dir.h"
@@ -465,6 +466,69 @@ TEST_CASE("CUDA runner: decode steps fed on the device give the synchronous toke
                               fed.second.begin() + 2 * m.config.vocab_size);
     CHECK(rel_error(middle, ref) < 1e-2);
   }
+}
+
+TEST_CASE(
+    "CUDA runner: past max_graphs the least recently used graph is released, bits unchanged") {
+  // Batches of 1, 2 and 3 sequences in turn, each shape its own graph: with room for two, every
+  // step's shape was released since its last use and is captured again. The logits must equal
+  // an eager runner's bit for bit (graphs and eager launch the same kernels), and the runner
+  // must hold no more than two graphs.
+  TinyModel m = make_tiny(64);
+  RunnerOptions opts = tiny_options();
+  opts.max_graphs = 2;
+  auto bounded = CudaRunner::create(m.config, m.weights, opts);
+  REQUIRE(bounded.ok());
+  auto eager = CudaRunner::create(m.config, m.weights, tiny_options());
+  REQUIRE(eager.ok());
+  (*eager)->set_use_graphs(false);
+  opts.max_graphs = 0;
+  auto refused = CudaRunner::create(m.config, m.weights, opts);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.error().to_string().find("max_graphs") != std::string::npos);
+
+  const int64_t V = m.config.vocab_size;
+  const std::vector<std::vector<int32_t>> pages = {{1, 2}, {3, 4}, {5, 6}};
+  std::vector<int32_t> len = {0, 0, 0};
+  auto run = [&](CudaRunner& r, const std::vector<int32_t>& toks, std::vector<SeqSlice>& seqs,
+                 const std::vector<int32_t>& rows) {
+    r.forward(ForwardBatch{toks, seqs, rows});
+    std::vector<float> logits(size_t(rows.size()) * size_t(V));
+    r.copy_logits(logits);
+    return logits;
+  };
+  // Prompts of 5 tokens for the three sequences, one chunk each.
+  for (int s = 0; s < 3; ++s) {
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < 5; ++i) prompt.push_back((s * 31 + i * 7 + 3) % 290);
+    std::vector<SeqSlice> seqs = {{0, 5, 5, pages[size_t(s)]}};
+    const std::vector<int32_t> rows = {4};
+    const auto a = run(**bounded, prompt, seqs, rows), b = run(**eager, prompt, seqs, rows);
+    CHECK(std::memcmp(a.data(), b.data(), a.size() * 4) == 0);
+    len[size_t(s)] = 5;
+  }
+  // The 5-token chunks replay graphs too (small query lengths); what matters is the steps below.
+  const int32_t before = (*bounded)->memory_plan().graph_count;
+  for (int step = 0; step < 9; ++step) {
+    CAPTURE(step);
+    const int n = 1 + step % 3;  // 1, 2, 3, 1, 2, 3, ...
+    std::vector<int32_t> toks, rows;
+    std::vector<SeqSlice> seqs;
+    for (int s = 0; s < n; ++s) {
+      toks.push_back((step * 13 + s * 5 + 1) % 290);
+      ++len[size_t(s)];
+      seqs.push_back(SeqSlice{s, 1, len[size_t(s)], pages[size_t(s)]});
+      rows.push_back(s);
+    }
+    const auto a = run(**bounded, toks, seqs, rows), b = run(**eager, toks, seqs, rows);
+    CHECK(std::memcmp(a.data(), b.data(), a.size() * 4) == 0);
+    const MemoryPlan p = (*bounded)->memory_plan();
+    CHECK(p.graphs_held == 2);
+  }
+  // Six keys in turn (three batch sizes, each forward's metadata copy alternating between two
+  // buffers) with room for two: every step met a shape released since its last use.
+  CHECK((*bounded)->memory_plan().graph_count == before + 9);
+  CHECK((*eager)->memory_plan().graph_count == 0);
 }
 
 TEST_CASE("CUDA runner: an absent device is an error, not a crash") {

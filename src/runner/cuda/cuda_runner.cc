@@ -86,6 +86,10 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig& config
   if (opts.page_size < 1) {
     return make_error(ErrorCode::kInvalidArgument, "page_size must be >= 1");
   }
+  if (opts.max_graphs < 1) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "max_graphs must be >= 1 (got " + std::to_string(opts.max_graphs) + ")");
+  }
   // Prefill-sized launches put a forward's tokens in gridDim.y (silu_mul), whose limit is 65,535:
   // past it a chunk's launch would fail mid-request.
   if (opts.max_batch_tokens > kMaxForwardTokens) {
@@ -118,6 +122,7 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig& config
   r->valid_vocab_ = int32_t(config.vocab_size);
   r->max_tokens_ = std::max(opts.max_batch_tokens, 1);
   r->max_seqs_ = std::max(opts.max_seqs, 1);
+  r->graphs_ = LruMap<GraphKey, cudaGraphExec_t>(size_t(opts.max_graphs));
   r->max_logits_ = std::max(
       std::min(r->max_tokens_, opts.max_logit_rows > 0 ? opts.max_logit_rows : 4 * r->max_seqs_),
       1);
@@ -350,7 +355,7 @@ Status CudaRunner::make_linear_scratch() {
 }
 
 CudaRunner::~CudaRunner() {
-  for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
+  graphs_.for_each([](const GraphKey&, cudaGraphExec_t exec) { cudaGraphExecDestroy(exec); });
   if (stream_ != nullptr) {
     cudaStreamSynchronize(stream_);
     cudaStreamDestroy(stream_);
@@ -487,8 +492,8 @@ void CudaRunner::forward(const ForwardBatch& batch) {
 
   if (use_graphs_ && ((decode_only && T <= kMaxGraphBatch) || small_q)) {
     const auto key = std::make_tuple(T, L, decode_slices_, decode_only, logits_in_place_, b);
-    auto it = graphs_.find(key);
-    if (it == graphs_.end()) {
+    cudaGraphExec_t* held = graphs_.find(key);
+    if (held == nullptr) {
       cudaGraph_t graph = nullptr;
       // Once per batch shape, off the steady state: what the graph costs is measured.
       size_t free_before = 0, free_after = 0, total = 0;
@@ -509,9 +514,12 @@ void CudaRunner::forward(const ForwardBatch& batch) {
       graph_bytes_ += int64_t(free_before) - int64_t(free_after);
       free_after_graphs_ = int64_t(free_after);
       ++graph_count_;
-      it = graphs_.emplace(key, exec).first;
+      // A released graph still in flight is freed by the driver once it completes.
+      if (auto evicted = graphs_.insert(key, exec)) cudaGraphExecDestroy(evicted->second);
+      graphs_held_ = int32_t(graphs_.size());
+      held = graphs_.find(key);
     }
-    cudaGraphExec_t exec = it->second;
+    cudaGraphExec_t exec = *held;
     timed([&] { TANDEM_CUDA_CHECK(cudaGraphLaunch(exec, stream_)); });
   } else {
     timed([&] { run_model(T, L); });

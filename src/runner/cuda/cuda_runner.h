@@ -23,6 +23,7 @@
 #include "runner/cuda/device_interval.h"
 #include "runner/cuda/device_sampler.h"
 #include "runner/cuda/device_weights.h"
+#include "runner/lru_map.h"
 #include "runner/runner.h"
 
 namespace tandem {
@@ -46,6 +47,7 @@ class CudaRunner final : public ModelRunner {
     MemoryPlan p = plan_;
     p.graph_bytes = graph_bytes_.load();
     p.graph_count = graph_count_.load();
+    p.graphs_held = graphs_held_.load();
     if (const int64_t f = free_after_graphs_.load(); f > 0) p.device_free_bytes = f;
     return p;
   }
@@ -149,6 +151,7 @@ class CudaRunner final : public ModelRunner {
   std::atomic<int64_t> graph_bytes_{0};        // measured at each graph instantiation
   std::atomic<int64_t> free_after_graphs_{0};  // driver free bytes after the last one
   std::atomic<int32_t> graph_count_{0};
+  std::atomic<int32_t> graphs_held_{0};
 
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<kernels::GemmContext> gemm_;
@@ -228,8 +231,10 @@ class CudaRunner final : public ModelRunner {
   DeviceAcceptance acceptance_;
   int32_t num_logits_ = 0;
 
-  // tokens, logits, splits, one query token a sequence, logits in place, metadata copy
-  std::map<std::tuple<int32_t, int32_t, int32_t, bool, bool, int32_t>, cudaGraphExec_t> graphs_;
+  // tokens, logits, splits, one query token a sequence, logits in place, metadata copy; at most
+  // RunnerOptions::max_graphs of them (set in create)
+  using GraphKey = std::tuple<int32_t, int32_t, int32_t, bool, bool, int32_t>;
+  LruMap<GraphKey, cudaGraphExec_t> graphs_{1};
 };
 
 }  // namespace tandem

@@ -588,6 +588,8 @@ TEST_CASE("settings past their limits are refused at start, naming the flag") {
        ErrorCode::kInvalidArgument},
       {"--kv-pages", [](EngineOptions& o) { o.kv_pages = -1; }, ErrorCode::kInvalidArgument},
       {"--max-queue", [](EngineOptions& o) { o.max_queue = 0; }, ErrorCode::kInvalidArgument},
+      {"--max-cuda-graphs", [](EngineOptions& o) { o.max_cuda_graphs = 0; },
+       ErrorCode::kInvalidArgument},
       // Mapped lazily, the pool used to start and its 2e9-page bookkeeping to take minutes.
       {"--kv-pages", [](EngineOptions& o) { o.kv_pages = 2'000'000'000; }, ErrorCode::kOutOfPages},
       {"--page-size", [](EngineOptions& o) { o.page_size = 2'000'000'000; },

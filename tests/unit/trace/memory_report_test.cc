@@ -102,7 +102,7 @@ class PlannedRunner final : public ForwardingRunner {
   MemoryPlan plan_;
 };
 
-DeviceMemory cuda_report(int64_t graph_bytes, int32_t graph_count) {
+DeviceMemory cuda_report(int64_t graph_bytes, int32_t graph_count, int32_t graphs_held = -1) {
   auto model = load_model_dir(tiny_qwen());
   REQUIRE_MESSAGE(model.ok(), model.error().to_string());
   RunnerOptions ro;
@@ -117,6 +117,7 @@ DeviceMemory cuda_report(int64_t graph_bytes, int32_t graph_count) {
   p.activation_bytes = 10 << 20;
   p.graph_bytes = graph_bytes;
   p.graph_count = graph_count;
+  p.graphs_held = graphs_held < 0 ? graph_count : graphs_held;
   p.device_total_bytes = int64_t(1) << 30;
   p.device_free_bytes = 800 << 20;
   PlannedRunner runner(std::move(*inner), p);
@@ -143,7 +144,12 @@ TEST_CASE("CUDA rows: captured graphs stay listed when the driver placed them in
   g = find(d, "cuda graphs (target)");
   REQUIRE(g);
   CHECK(g->bytes == 0);
-  CHECK(g->detail.rfind("7 captured decode graphs", 0) == 0);
+  CHECK(g->detail.rfind("7 captured decode graphs (", 0) == 0);
+  // Some released past max_graphs: the row says how many.
+  d = cuda_report(1 << 20, 9, 4);
+  g = find(d, "cuda graphs (target)");
+  REQUIRE(g);
+  CHECK(g->detail.rfind("9 captured decode graphs, 5 since released (", 0) == 0);
   // None captured: no row.
   d = cuda_report(0, 0);
   check_sums(d);
