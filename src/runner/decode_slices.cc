@@ -39,10 +39,11 @@ int32_t decode_slice_count(const DecodeSliceShape& s, const DecodeSliceLimits& l
     // At head size 64 (the drafts: Qwen2.5-0.5B, Llama-3.2-1B) contexts of up to a block's worth
     // of tiles take a whole block of slices, each then less than a tile (the kernel splits keys
     // by count; warps past the context hold empty slices). The 0.5B's batch-1 step was faster so
-    // (H100, NOTES.md v51: 0.5414 -> 0.5286 ms at 64-192 keys, 0.532 -> 0.526 at 128-256), and
-    // the slice count, part of the CUDA runner's graph key, no longer changes every 32 keys (each
-    // change captured the batch's graphs again). At head size 128 the 7B lost 5-10 us a step so
-    // (4.835 -> 4.844 ms at 64-192 keys), and keeps one slice a tile.
+    // (H100, NOTES.md v51: 0.540-0.541 -> 0.528 ms at 64-192 keys, 0.531-0.532 -> 0.526-0.527
+    // at 128-256; batch 16 -1%, batch 4 +1.5%, not explained), and the slice count, part of the
+    // CUDA runner's graph key, no longer changes every 32 keys (each change captured the batch's
+    // graphs again). At head size 128 the 7B lost 5-10 us a step so (4.835 -> 4.844 ms at 64-192
+    // keys), and keeps one slice a tile.
     const int64_t one_block_tiles = blocks <= 8 ? 12 : 8;
     const int64_t whole_block =
         s.head_dim <= 64 ? std::clamp<int64_t>(limits.block_slices, 1, 8) : 1;
