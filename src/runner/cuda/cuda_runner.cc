@@ -492,8 +492,10 @@ void CudaRunner::forward(const ForwardBatch& batch) {
 
   if (use_graphs_ && ((decode_only && T <= kMaxGraphBatch) || small_q)) {
     const auto key = std::make_tuple(T, L, decode_slices_, decode_only, logits_in_place_, b);
-    cudaGraphExec_t* held = graphs_.find(key);
-    if (held == nullptr) {
+    cudaGraphExec_t exec = nullptr;
+    if (const cudaGraphExec_t* held = graphs_.find(key)) {
+      exec = *held;
+    } else {
       cudaGraph_t graph = nullptr;
       // Once per batch shape, off the steady state: what the graph costs is measured.
       size_t free_before = 0, free_after = 0, total = 0;
@@ -501,7 +503,6 @@ void CudaRunner::forward(const ForwardBatch& batch) {
       TANDEM_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
       run_model(T, L);
       TANDEM_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
-      cudaGraphExec_t exec = nullptr;
       TANDEM_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
       TANDEM_CUDA_CHECK(cudaGraphDestroy(graph));
       // The driver may put a graph's device memory in place only at its upload (the first
@@ -517,9 +518,7 @@ void CudaRunner::forward(const ForwardBatch& batch) {
       // A released graph still in flight is freed by the driver once it completes.
       if (auto evicted = graphs_.insert(key, exec)) cudaGraphExecDestroy(evicted->second);
       graphs_held_ = int32_t(graphs_.size());
-      held = graphs_.find(key);
     }
-    cudaGraphExec_t exec = *held;
     timed([&] { TANDEM_CUDA_CHECK(cudaGraphLaunch(exec, stream_)); });
   } else {
     timed([&] { run_model(T, L); });
