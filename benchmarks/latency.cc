@@ -127,14 +127,16 @@ Result<LatencyResult> run_latency(ModelRunner& r, const LatencyOptions& o,
     auto launch = [&](int32_t step) {
       slices(step);
       const bool feeds = step > 0;
-      for (size_t t = 0; t < nt; ++t) fed[t] = feeds ? int32_t(t) : -1;
-      r.forward(ForwardBatch{toks, sl, rows,
-                             feeds ? std::span<const int32_t>(fed) : std::span<const int32_t>()});
-      intervals[size_t(step)] = r.last_forward_interval();
       for (size_t t = 0; t < nt; ++t) {
+        fed[t] = feeds ? int32_t(t) : -1;
         reqs[t].history = TokenHistory{prompts[t], outputs[t]};
         reqs[t].fed = fed[t];  // the id still on the device is the output's last
       }
+      ForwardBatch batch{toks, sl, rows,
+                         feeds ? std::span<const int32_t>(fed) : std::span<const int32_t>()};
+      batch.greedy_next = greedy_in_row_order(reqs, rows.size());  // as the engine promises
+      r.forward(batch);
+      intervals[size_t(step)] = r.last_forward_interval();
       r.sample_async(reqs);
     };
     auto t_read = std::chrono::steady_clock::now();

@@ -32,19 +32,78 @@ constexpr int kFirstLoadsPair = 2;
 // The unfolded form (the 7B's) keeps the compiler's choice: 48 registers, 5 blocks already.
 constexpr int kFoldedSwigluBlocks = 5;
 
+// GemvArgmax's scratch: the per-token maxima, then the ticket on a line of its own.
+constexpr int kArgmaxTicketOffset = 128;
+static_assert(kGemvMaxTokens * 8 <= kArgmaxTicketOffset &&
+              kArgmaxTicketOffset + 4 <= int(kGemvArgmaxScratchBytes));
+constexpr int kNoRow = 0x7fffffff;
+
+// (v, row) as a 64-bit key whose unsigned order is argmax_better's: the larger value first, then
+// the lower row. Every key of a number is above 0, which stands for "no row".
+__device__ __forceinline__ unsigned long long argmax_key(float v, int row) {
+  if (v == 0.0f) v = 0.0f;  // -0 ties with +0, as they compare equal
+  const uint32_t b = __float_as_uint(v);
+  const uint32_t ordered = (b & 0x80000000u) != 0 ? ~b : (b | 0x80000000u);
+  return (static_cast<unsigned long long>(ordered) << 32) | (0xffffffffu - uint32_t(row));
+}
+
+// The block's best row of each token goes into the token's atomic maximum; the grid's last block
+// to take a ticket writes the ids and zeroes the scratch. Every thread of the block calls it.
+// offers: this warp's row may be chosen (its part 0, a row below n and below am.valid).
+template <int M, int kWarpsHere>
+__device__ __forceinline__ void gemv_argmax_epilogue(const float (&acc)[1][M], bool offers, int row,
+                                                     const GemvArgmax& am) {
+  __shared__ float sv[M][kWarpsHere];
+  __shared__ int si[M][kWarpsHere];
+  const int warp = threadIdx.x >> 5;
+  if ((threadIdx.x & 31) == 0) {
+#pragma unroll
+    for (int t = 0; t < M; ++t) {
+      sv[t][warp] = offers ? acc[0][t] : __int_as_float(0x7fc00000);  // NaN never wins
+      si[t][warp] = row;
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  auto* keys = static_cast<unsigned long long*>(am.scratch);
+  auto* ticket =
+      reinterpret_cast<unsigned int*>(static_cast<char*>(am.scratch) + kArgmaxTicketOffset);
+#pragma unroll
+  for (int t = 0; t < M; ++t) {
+    float bv = -INFINITY;
+    int bi = kNoRow;
+    for (int w = 0; w < kWarpsHere; ++w) {
+      if (argmax_better(sv[t][w], si[t][w], bv, bi)) bv = sv[t][w], bi = si[t][w];
+    }
+    if (bi != kNoRow) atomicMax(&keys[t], argmax_key(bv, bi));
+  }
+  __threadfence();  // the maxima are in before the ticket says so
+  if (atomicAdd(ticket, 1u) != gridDim.x - 1) return;
+#pragma unroll
+  for (int t = 0; t < M; ++t) {
+    const unsigned long long key = atomicExch(&keys[t], 0ull);
+    const int id = key == 0 ? 0 : int(0xffffffffu - uint32_t(key));
+    am.out[t] = id;
+    if (am.out_copy != nullptr) am.out_copy[t] = id;
+  }
+  atomicExch(ticket, 0u);  // ready for the next launch on this scratch (stream order)
+}
+
 // One warp per output row, or kParts warps a row (gemv_warp::combine_parts). kAdd: y is the
 // fp32 residual and gains the bf16-rounded result (launch_gemv_add); else y is stored (bf16 or
 // fp32). kPdl: may overlap the kernel before it; kLead: its successor may launch at its start
-// (gemv_warp::lead_trigger).
+// (gemv_warp::lead_trigger). kArgmax: also the greedy ids of the rows (GemvArgmax, `am`).
 template <int M, typename Out, bool kAdd = false, bool kPdl = false, int kParts = 1,
-          bool kLead = false>
+          bool kLead = false, bool kArgmax = false>
 __global__ void __launch_bounds__(kRowWarps * 32)
     gemv_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w, int32_t n,
-                int32_t k, int32_t ldy, Out* __restrict__ y) {
+                int32_t k, int32_t ldy, Out* __restrict__ y, GemvArgmax am) {
   gemv_warp::lead_trigger<kPdl, kLead>();
   const int warp = threadIdx.x >> 5, part = warp % kParts;
   const int row = blockIdx.x * (kRowWarps / kParts) + warp / kParts;
-  if (kParts == 1 && row >= n) return;  // an exited block counts as having let its successor launch
+  // An exited block counts as having let its successor launch. The argmax's epilogue is a
+  // barrier, so there the warps past the end load row 0 and offer nothing.
+  if (kParts == 1 && !kArgmax && row >= n) return;
   // A split row's warps past the end load row 0 and store nothing (combine_parts is a barrier).
   const __nv_bfloat16* rows[1] = {w + int64_t(row < n ? row : 0) * k};
   float acc[1][M];
@@ -64,6 +123,9 @@ __global__ void __launch_bounds__(kRowWarps * 32)
                                                                          part);
   gemv_warp::allow_successor<kPdl, kLead>();
   gemv_warp::combine_parts<kParts>(acc, part);
+  if constexpr (kArgmax) {
+    gemv_argmax_epilogue<M, kRowWarps>(acc, part == 0 && row < n && row < am.valid, row, am);
+  }
   if (!stores) return;
 #pragma unroll
   for (int t = 0; t < M; ++t) {
@@ -138,25 +200,25 @@ void swiglu(const __nv_bfloat16* x, const NormedRows& in, const __nv_bfloat16* w
 // tokens always take the form with first loads (kPdl; its wait is a no-op on a plain launch):
 // without them a 896-feature row's last chunks are loaded one at a time, and the 0.5B's
 // 2-token lm_head took 116 us against 66 for one token (ncu, H200; NOTES.md v27).
-template <typename Out, bool kAdd>
+template <typename Out, bool kAdd, bool kArgmax = false>
 void launch_tokens(int32_t m, const __nv_bfloat16* x, const __nv_bfloat16* w, int32_t n, int32_t k,
-                   int32_t ldy, Out* y, bool pdl, cudaStream_t stream) {
+                   int32_t ldy, Out* y, bool pdl, cudaStream_t stream, const GemvArgmax& am = {}) {
   static_assert(kGemvMaxTokens == 2, "one instantiation per token count");
   gemv_warp::with_parts(gemv_row_parts(n), [&](auto parts) {
     constexpr int P = decltype(parts)::value;
-    auto* kernel = m == 2 ? gemv_kernel<2, Out, kAdd, true, P>
-                   : pdl  ? gemv_kernel<1, Out, kAdd, true, P>
-                          : gemv_kernel<1, Out, kAdd, false, P>;
+    auto* kernel = m == 2 ? gemv_kernel<2, Out, kAdd, true, P, false, kArgmax>
+                   : pdl  ? gemv_kernel<1, Out, kAdd, true, P, false, kArgmax>
+                          : gemv_kernel<1, Out, kAdd, false, P, false, kArgmax>;
     const int blocks = (n + kRowWarps / P - 1) / (kRowWarps / P);
     // An overlapped grid of one wave lets its successor launch at its start (o and down, a few
     // hundred blocks; not lm_head's thousands).
     if (pdl) {
       kernel = lead_if_one_wave(kernel,
-                                m == 2 ? gemv_kernel<2, Out, kAdd, true, P, true>
-                                       : gemv_kernel<1, Out, kAdd, true, P, true>,
+                                m == 2 ? gemv_kernel<2, Out, kAdd, true, P, true, kArgmax>
+                                       : gemv_kernel<1, Out, kAdd, true, P, true, kArgmax>,
                                 blocks, kRowWarps * 32, 0);
     }
-    pdl::launch(pdl, kernel, blocks, kRowWarps * 32, 0, stream, x, w, n, k, ldy, y);
+    pdl::launch(pdl, kernel, blocks, kRowWarps * 32, 0, stream, x, w, n, k, ldy, y, am);
   });
 }
 
@@ -193,6 +255,18 @@ void launch_gemv(const __nv_bfloat16* x, const __nv_bfloat16* w, int32_t m, int3
   } else {
     dispatch(x, w, m, n, k, ldy, static_cast<__nv_bfloat16*>(y), stream, pdl);
   }
+  TANDEM_CUDA_CHECK_LAUNCH();
+}
+
+void launch_gemv_argmax(const __nv_bfloat16* x, const __nv_bfloat16* w, int32_t m, int32_t n,
+                        int32_t k, float* y, const GemvArgmax& argmax, cudaStream_t stream,
+                        bool pdl) {
+  if (m < 1 || m > kGemvMaxTokens || k % 8 != 0 || argmax.scratch == nullptr ||
+      argmax.out == nullptr || argmax.valid < 1) {
+    std::fprintf(stderr, "gemv_argmax: unsupported m=%d k=%d valid=%d\n", m, k, argmax.valid);
+    std::abort();
+  }
+  launch_tokens<float, false, true>(m, x, w, n, k, n, y, pdl, stream, argmax);
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 

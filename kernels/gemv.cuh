@@ -52,6 +52,26 @@ void launch_gemv_swiglu(const __nv_bfloat16* x,  // [m, k] in
 void launch_gemv_swiglu(const NormedRows& x, const __nv_bfloat16* w, int32_t m, int32_t width,
                         int32_t k, __nv_bfloat16* out, cudaStream_t stream, bool pdl = false);
 
+// Greedy ids from the lm_head GEMV itself (launch_gemv_argmax): the index of the largest fp32
+// output of each token's row among rows [0, valid), lowest index on ties, 0 when every output is
+// NaN: launch_argmax_rows' ids, without its launch after the forward. Each block offers its
+// best row to a 64-bit atomic max per token and takes a ticket; the last block turns the maxima
+// into ids and leaves the scratch zeroed for the next launch.
+struct GemvArgmax {
+  void* scratch = nullptr;      // kGemvArgmaxScratchBytes, device, zeroed before the first launch
+  int32_t valid = 0;            // rows >= valid (a padded vocabulary) are never chosen
+  int32_t* out = nullptr;       // [m] ids, device or mapped host memory
+  int32_t* out_copy = nullptr;  // [m] or null: the same ids again (e.g. mapped host memory)
+};
+inline constexpr size_t kGemvArgmaxScratchBytes = 256;
+
+// launch_gemv into fp32 y (ldy = n) with the greedy ids of its m rows (GemvArgmax).
+void launch_gemv_argmax(const __nv_bfloat16* x,  // [m, k] in
+                        const __nv_bfloat16* w,  // [n, k] in
+                        int32_t m, int32_t n, int32_t k,
+                        float* y,  // [m, n] out
+                        const GemvArgmax& argmax, cudaStream_t stream, bool pdl = false);
+
 // o_proj and down_proj for decode: residual[t, r] += bf16(Σ_k x[t, k] · w[r, k]), the residual
 // add of launch_add_rmsnorm (fp32, of the bf16-rounded projection) in the GEMV's epilogue. Each
 // row is one warp's, and x never aliases the residual, so nothing races. pdl: as above.

@@ -46,15 +46,16 @@ std::shared_ptr<const DeviceInterval> launch_decode_step(ModelRunner& runner,
     batch.sampling.push_back(&seq);
     batch.slices.push_back(slice);
   }
-  ForwardBatch view = batch.view();
-  view.fed = fed;
-  runner.forward(view);
-  std::shared_ptr<const DeviceInterval> device = runner.last_forward_interval();
   std::vector<std::vector<int32_t>> suppress;
   std::vector<SampleRequest> requests = sample_requests(batch, ahead, suppress);
   // The fed token is the output's last, not in seq.tokens yet: the penalties count it on the
   // device.
   for (size_t i = 0; i < fed.size(); ++i) requests[i].fed = fed[i];
+  ForwardBatch view = batch.view();
+  view.fed = fed;
+  view.greedy_next = greedy_in_row_order(requests, batch.logit_rows.size());
+  runner.forward(view);
+  std::shared_ptr<const DeviceInterval> device = runner.last_forward_interval();
   runner.sample_async(requests);
   return device;
 }

@@ -387,8 +387,6 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
       seq.draft_pages.num_tokens = seq.draft_computed;
     }
     const bool feeds = !in_flight.empty();
-    draft_.forward(ForwardBatch{
-        tokens, slices, rows, feeds ? std::span<const int32_t>(fed) : std::span<const int32_t>()});
     // Per row: the history the processors see (output + proposals so far) and the ids banned
     // before min_tokens. Greedy rows take the runner's sample() (on the GPU an argmax on the
     // device: only ids cross to the host); sampled rows take their probabilities and draws from
@@ -407,6 +405,11 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
       req.fed = pending;
       (seq.params.greedy() ? greedy_reqs : sampled_reqs).push_back(req);
     }
+    ForwardBatch round{tokens, slices, rows,
+                       feeds ? std::span<const int32_t>(fed) : std::span<const int32_t>()};
+    // A pipelined round of plain greedy rows may take its argmax in the forward.
+    round.greedy_next = pipelined && greedy_in_row_order(greedy_reqs, rows.size());
+    draft_.forward(round);
     if (pipelined) {
       draft_.sample_async(greedy_reqs);
       if (feeds) read_round();

@@ -14,8 +14,34 @@ bool plain_greedy(const SampleRequest& r) {
          p.frequency_penalty == 0.0f && r.suppress.empty();
 }
 
+bool greedy_in_row_order(std::span<const SampleRequest> requests, size_t rows) {
+  if (requests.size() != rows) return false;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    if (requests[i].logit_index != int32_t(i) || !plain_greedy(requests[i])) return false;
+  }
+  return true;
+}
+
+void ModelRunner::note_greedy_next(const ForwardBatch& batch) {
+  TANDEM_CHECK(greedy_next_rows_ < 0,
+               "a forward after one with greedy_next: sample_async() must follow that one");
+  greedy_next_rows_ = batch.greedy_next ? int64_t(batch.logit_rows.size()) : -1;
+}
+
+void ModelRunner::check_greedy_next(std::span<const SampleRequest> requests, bool async) {
+  if (greedy_next_rows_ < 0) return;
+  TANDEM_CHECK(async, "sample() after a forward with greedy_next: sample_async() must follow it");
+  TANDEM_CHECK(greedy_in_row_order(requests, size_t(greedy_next_rows_)),
+               "sample_async() of %zu requests after a forward with greedy_next over %lld rows: "
+               "each must be plain greedy, request i on row i",
+               requests.size(), static_cast<long long>(greedy_next_rows_));
+  greedy_next_rows_ = -1;
+  ++greedy_next_kept_;
+}
+
 void ModelRunner::sample_async(std::span<const SampleRequest> requests) {
   TANDEM_CHECK(async_ids_.size() < kMaxAsyncSamples, "%zu samples outstanding", async_ids_.size());
+  check_greedy_next(requests, true);
   // A fed request's pending token joins a copy of its output, for the penalties.
   std::vector<SampleRequest> resolved(requests.begin(), requests.end());
   std::vector<std::vector<int32_t>> outputs(requests.size());

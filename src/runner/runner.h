@@ -47,6 +47,11 @@ struct ForwardBatch {
   // step before it has read the previous step's tokens feeds them this way, without a round
   // trip through the host.
   std::span<const int32_t> fed;
+  // True when the next call after this forward is sample_async() with one plain_greedy()
+  // request per logit row, request i on row i (greedy_in_row_order): a runner may then take
+  // those ids inside the forward (the CUDA runner's lm_head GEMV of one or two rows does, with
+  // no argmax launch after it). sample() may not follow such a forward.
+  bool greedy_next = false;
 };
 
 // One row of logits to sample, after forward(): which row, with what settings.
@@ -164,6 +169,9 @@ class ModelRunner {
   static constexpr size_t kMaxAsyncSamples = 2;
   virtual void sample_async(std::span<const SampleRequest> requests);
   virtual void sample_wait(std::span<int32_t> out_tokens);
+  // Forwards so far whose ForwardBatch::greedy_next promise a sample_async() kept (what tests
+  // read to see that an engine promises where it may).
+  int64_t greedy_next_kept() const { return greedy_next_kept_; }
   // fp32 logits of the last forward: [num_logits, config().vocab_size], for tests and golden
   // comparisons (the engine never copies logits: it takes ids from sample() and keeps
   // probability rows in the runner through probs_into()); the CUDA runner copies them to the
@@ -204,14 +212,24 @@ class ModelRunner {
   // For a runner that resolves ForwardBatch::fed on the host: the batch's tokens with the fed
   // ones taken from the last sample_async() of the default pair above.
   std::vector<int32_t> fed_tokens(const ForwardBatch& batch) const;
+  // ForwardBatch::greedy_next is a promise about the next sampling call; every runner checks it,
+  // so that an engine which breaks it fails on the CPU too. forward() notes it; sample() and
+  // sample_async() check their requests against it (sample() may not follow it at all).
+  void note_greedy_next(const ForwardBatch& batch);
+  void check_greedy_next(std::span<const SampleRequest> requests, bool async);
 
  private:
+  int64_t greedy_next_rows_ = -1;  // the last forward's logit rows when it promised, else -1
+  int64_t greedy_next_kept_ = 0;
   std::deque<std::vector<int32_t>> async_ids_;  // the default pair's outstanding ids, oldest first
   std::vector<int32_t> last_async_ids_;         // the last sample_async()'s, for fed tokens
 };
 
 // Greedy with no penalty and nothing suppressed: an argmax.
 bool plain_greedy(const SampleRequest& request);
+// Every request plain_greedy, request i on logit row i, one per row of a forward of `rows`
+// logit rows (what ForwardBatch::greedy_next promises).
+bool greedy_in_row_order(std::span<const SampleRequest> requests, size_t rows);
 
 // device == kind, or kind + ":N" with N decimal digits ("cpu", "cpu:1", "cuda:0").
 bool is_device_name(const std::string& device, const std::string& kind);

@@ -399,3 +399,106 @@ TEST_CASE("argmax: rows of many slices, ties across slices, NaN and -inf rows, >
   CHECK(*host_out == 3 * kernels::kArgmaxSlice + 5);
   TANDEM_CUDA_CHECK(cudaFreeHost(host_out));
 }
+
+namespace {
+
+// launch_gemv_argmax against launch_gemv's outputs and host_argmax over them, on poisoned outputs;
+// a second launch on the same scratch (left zeroed by the first) gives the same ids.
+void check_gemv_argmax(const std::vector<uint16_t>& xb, const std::vector<uint16_t>& wb, int m,
+                       int n, int k, int valid, bool pdl) {
+  CAPTURE(m);
+  CAPTURE(n);
+  CAPTURE(valid);
+  CAPTURE(pdl);
+  Dev<__nv_bfloat16> x(xb), w(wb);
+  Dev<float> plain(size_t(m) * n), fused(size_t(m) * n);
+  plain.poison();
+  kernels::launch_gemv(x.p, w.p, m, n, k, plain.p, /*out_f32=*/true, nullptr);
+  Dev<char> scratch(kernels::kGemvArgmaxScratchBytes);
+  TANDEM_CUDA_CHECK(cudaMemset(scratch.p, 0, scratch.n));
+  for (int run = 0; run < 2; ++run) {
+    Dev<int32_t> ids{size_t(m)}, copy{size_t(m)};
+    fused.poison();
+    ids.poison();
+    copy.poison();
+    const kernels::GemvArgmax argmax{scratch.p, valid, ids.p, copy.p};
+    kernels::launch_gemv_argmax(x.p, w.p, m, n, k, fused.p, argmax, nullptr, pdl);
+    const auto y = fused.get<float>();
+    const auto want_y = plain.get<float>();
+    CHECK(same_bits(y.data(), want_y.data(), y.size() * 4));  // the logits are launch_gemv's
+    const auto got = ids.get<int32_t>();
+    CHECK(copy.get<int32_t>() == got);
+    for (int t = 0; t < m; ++t) {
+      CHECK_MESSAGE(got[size_t(t)] == host_argmax(&y[size_t(t) * n], valid), "token ", t, " run ",
+                    run);
+    }
+  }
+}
+
+// Weights whose row r gives column[r] exactly for x = e_0 (one bf16 1.0 at feature 0): the
+// other features are random and meet zeros.
+std::vector<uint16_t> weights_with_column(const std::vector<float>& column, int k, uint32_t seed) {
+  auto w = random_bf16(column.size() * size_t(k), seed, 0.1f);
+  for (size_t r = 0; r < column.size(); ++r) w[r * size_t(k)] = f32_to_bf16(column[r]);
+  return w;
+}
+
+std::vector<uint16_t> unit_input(int k) {
+  std::vector<uint16_t> x(size_t(k), f32_to_bf16(0.0f));
+  x[0] = f32_to_bf16(1.0f);
+  return x;
+}
+
+}  // namespace
+
+TEST_CASE("gemv_argmax: the lm_head GEMV's own greedy ids equal an argmax of its logits") {
+  // The 0.5B's lm_head (151,936 x 896, 151,665 valid ids) at one and two tokens, overlapped or
+  // not; a small vocabulary whose rows are split over several warps (gemv_row_parts).
+  for (auto [n, k, valid] : {std::tuple{151936, 896, 151665}, std::tuple{1000, 264, 990}}) {
+    const auto wb = random_bf16(size_t(n) * k, 31u + n, 0.1f);
+    for (int m : {1, 2}) {
+      const auto xb = random_bf16(size_t(m) * k, 7u + m, 1.0f);
+      for (bool pdl : {false, true}) check_gemv_argmax(xb, wb, m, n, k, valid, pdl);
+    }
+  }
+}
+
+TEST_CASE("gemv_argmax: padded rows, ties, zeros, NaN and -inf, as launch_argmax_rows") {
+  const int n = 20000, k = 72, valid = 19990;
+  auto column = [&](float fill) { return std::vector<float>(size_t(n), fill); };
+  const auto x = unit_input(k);
+  auto expect = [&](const std::vector<float>& col, int32_t want) {
+    const auto w = weights_with_column(col, k, 17u);
+    CHECK(host_argmax(col.data(), valid) == want);  // the test's own premise
+    check_gemv_argmax(x, w, 1, n, k, valid, true);
+    Dev<__nv_bfloat16> xd(x), wd(w);
+    Dev<float> y{size_t(n)};
+    Dev<char> scratch(kernels::kGemvArgmaxScratchBytes);
+    TANDEM_CUDA_CHECK(cudaMemset(scratch.p, 0, scratch.n));
+    Dev<int32_t> id(1);
+    id.poison();
+    kernels::launch_gemv_argmax(xd.p, wd.p, 1, n, k, y.p,
+                                kernels::GemvArgmax{scratch.p, valid, id.p, nullptr}, nullptr);
+    CHECK(id.get<int32_t>()[0] == want);
+  };
+  auto c = column(-3.0f);
+  c[valid + 3] = 9.0f;  // padding: never chosen
+  c[valid - 1] = 2.0f;  // the last valid row
+  expect(c, valid - 1);
+  c = column(-3.0f);
+  c[17000] = 5.0f;  // a tie across blocks: the lower row wins
+  c[40] = 5.0f;
+  c[41] = 5.0f;
+  expect(c, 40);
+  c = column(0.0f);
+  c[0] = -0.0f;  // every row ties (the sums start at +0, so this one is +0 too): row 0 wins
+  expect(c, 0);
+  c = column(-INFINITY);  // nothing above -inf: the lowest row
+  c[3] = NAN;
+  expect(c, 0);
+  c = column(NAN);  // nothing orderable: id 0
+  expect(c, 0);
+  c = column(NAN);
+  c[12345] = -INFINITY;  // one orderable value among NaN
+  expect(c, 12345);
+}

@@ -531,6 +531,97 @@ TEST_CASE(
   CHECK((*eager)->memory_plan().graph_count == 0);
 }
 
+TEST_CASE("CUDA runner: the lm_head's own argmax (greedy_next) gives the argmax launch's ids") {
+  // Plain greedy decode steps of one and of two sequences (the lm_head GEMV's one and two rows),
+  // fed on the device as --async-decode runs them, with graphs and eager: promising the argmax
+  // to the forward (the GEMV then writes the ids, and sample_async() launches nothing) must give
+  // the tokens and the logits' bits of the same steps without the promise. A valid vocabulary
+  // below the model's rows keeps the last rows out of both argmaxes.
+  TinyModel m = make_tiny(64);
+  const RunnerOptions opts = tiny_options();
+  const std::vector<std::vector<int32_t>> pages = {{9, 3, 40}, {21, 5, 30}};
+  const std::vector<int32_t> lens = {13, 30};
+  constexpr int kSteps = 12;
+  ResolvedSampling greedy;
+  greedy.temperature = 0.0f;
+  for (int n : {1, 2}) {
+    for (bool graphs : {true, false}) {
+      CAPTURE(n);
+      CAPTURE(graphs);
+      struct Outcome {
+        std::vector<std::vector<int32_t>> tokens;
+        std::vector<float> logits;
+        int64_t fused = 0, kept = 0;
+      };
+      auto run = [&](bool promise) {
+        auto created = CudaRunner::create(m.config, m.weights, opts);
+        REQUIRE(created.ok());
+        CudaRunner& r = **created;
+        r.set_use_graphs(graphs);
+        r.set_valid_vocab(int32_t(m.config.vocab_size) - 7);
+        Outcome o;
+        o.tokens.resize(size_t(n));
+        std::vector<int32_t> prompt, rows;
+        std::vector<SeqSlice> slices;
+        for (int i = 0; i < n; ++i) {
+          std::vector<int32_t>& seq = o.tokens[size_t(i)];
+          for (int t = 0; t < lens[size_t(i)]; ++t) seq.push_back((t * 37 + 11 * i) % 290);
+          slices.push_back(
+              {int32_t(prompt.size()), lens[size_t(i)], lens[size_t(i)], pages[size_t(i)]});
+          prompt.insert(prompt.end(), seq.begin(), seq.end());
+          rows.push_back(int32_t(prompt.size()) - 1);
+        }
+        std::vector<SampleRequest> req(static_cast<size_t>(n));
+        for (int i = 0; i < n; ++i) req[size_t(i)] = SampleRequest{i, &greedy, {}, {}, nullptr};
+        std::vector<int32_t> out(static_cast<size_t>(n));
+        auto take = [&] {
+          for (int i = 0; i < n; ++i) o.tokens[size_t(i)].push_back(out[size_t(i)]);
+        };
+        r.forward(ForwardBatch{prompt, slices, rows});
+        r.sample(req, out);
+        take();
+        std::vector<int32_t> toks(out), decode_rows, fed;
+        for (int i = 0; i < n; ++i) decode_rows.push_back(i), fed.push_back(i);
+        for (int step = 0; step < kSteps; ++step) {
+          std::vector<SeqSlice> sl;
+          for (int i = 0; i < n; ++i) {
+            sl.push_back({i, 1, lens[size_t(i)] + step + 1, pages[size_t(i)]});
+          }
+          ForwardBatch b{toks, sl, decode_rows};
+          if (step > 0) b.fed = fed;
+          b.greedy_next = promise;
+          r.forward(b);
+          r.sample_async(req);
+          if (step > 0) {
+            r.sample_wait(out);
+            take();
+          }
+        }
+        r.sample_wait(out);
+        take();
+        o.logits.resize(size_t(n * m.config.vocab_size));
+        r.copy_logits(o.logits);
+        o.fused = r.lm_argmax_forwards();
+        o.kept = r.greedy_next_kept();
+        return o;
+      };
+      const Outcome plain = run(false), fused = run(true);
+      CHECK(fused.tokens == plain.tokens);
+      CHECK(same_bits(fused.logits.data(), plain.logits.data(), plain.logits.size() * 4));
+      CHECK(plain.fused == 0);
+      CHECK(fused.fused == kSteps);
+      CHECK(fused.kept == kSteps);
+      // The steps' tokens are the model's: the last one is the argmax of the last logits.
+      for (int i = 0; i < n; ++i) {
+        const std::vector<float> row(plain.logits.begin() + i * m.config.vocab_size,
+                                     plain.logits.begin() + (i + 1) * m.config.vocab_size);
+        CHECK(plain.tokens[size_t(i)].back() ==
+              int32_t(argmax(row, size_t(m.config.vocab_size - 7))));
+      }
+    }
+  }
+}
+
 TEST_CASE("CUDA runner: an absent device is an error, not a crash") {
   TinyModel m = make_tiny();
   RunnerOptions opts;

@@ -131,6 +131,7 @@ void CpuRunner::forward(const ForwardBatch& batch) {
     return;
   }
   check_batch(batch);
+  note_greedy_next(batch);
   const ModelConfig& c = config_;
   const int64_t n = int64_t(batch.tokens.size());
   const int64_t hidden = c.hidden_size;
@@ -208,6 +209,7 @@ void CpuRunner::run_layer(int64_t layer, const ForwardBatch& batch,
 void CpuRunner::sample(std::span<const SampleRequest> requests, std::span<int32_t> out_tokens) {
   TANDEM_CHECK(out_tokens.size() >= requests.size(), "%zu outputs for %zu requests",
                out_tokens.size(), requests.size());
+  check_greedy_next(requests, false);  // the default sample_async() checked and cleared it
   const int64_t vocab = config_.vocab_size;
   std::vector<float> row(static_cast<size_t>(vocab));  // [vocab] processed copy of one logits row
   for (size_t i = 0; i < requests.size(); ++i) {

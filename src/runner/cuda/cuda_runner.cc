@@ -210,6 +210,8 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig& config
   r->decode_block_slices_ = kernels::decode_attention_block_slices(int32_t(config.head_dim));
   r->argmax_scratch_ = DeviceBuffer(kernels::argmax_scratch_bytes(int32_t(config.vocab_size)));
   TANDEM_CUDA_CHECK(cudaMemset(r->argmax_scratch_.ptr(), 0, r->argmax_scratch_.bytes()));
+  r->lm_argmax_scratch_ = DeviceBuffer(kernels::kGemvArgmaxScratchBytes);
+  TANDEM_CUDA_CHECK(cudaMemset(r->lm_argmax_scratch_.ptr(), 0, r->lm_argmax_scratch_.bytes()));
   r->greedy_ids_ = PinnedBuffer(size_t(L * 4), /*mapped=*/true);
   r->async_ids_dev_ = DeviceBuffer(size_t(L * 4));
   r->async_stage_dev_ = DeviceBuffer(size_t(L * 4));
@@ -386,6 +388,20 @@ void CudaRunner::forward(const ForwardBatch& batch) {
   // the stream: the last copy out of this forward's meta_host_ must have run before it is reused.
   const int32_t b = meta_stream_ ? 1 - meta_cur_ : 0;
   TANDEM_CUDA_CHECK(cudaEventSynchronize(meta_copied_[b]));
+  note_greedy_next(batch);
+  // A promised all-greedy sample_async() (one the host has not waited for yet cannot hold the
+  // buffer it will use): the lm_head GEMV of one or two rows takes the argmax itself.
+  argmax_buffer_ = -1;
+  // TANDEM_LM_ARGMAX=0 keeps the argmax launch after the forward (for A/B runs).
+  static const bool lm_argmax = kernels::env_choice("TANDEM_LM_ARGMAX", {0, 1}, 1) == 1;
+  if (batch.greedy_next) {
+    TANDEM_CHECK(async_pending_.size() < kMaxAsyncSamples,
+                 "greedy_next with %zu sample_async() calls outstanding", async_pending_.size());
+    if (lm_argmax && L >= 1 && L <= kernels::kGemvMaxTokens) {
+      argmax_buffer_ = async_next_;
+      ++lm_argmax_forwards_;
+    }
+  }
   int32_t* m = meta_host_[b].as<int32_t>();
   bool decode_only = T == S;
   int32_t max_q = 0;
@@ -491,7 +507,12 @@ void CudaRunner::forward(const ForwardBatch& batch) {
   };
 
   if (use_graphs_ && ((decode_only && T <= kMaxGraphBatch) || small_q)) {
-    const auto key = std::make_tuple(T, L, decode_slices_, decode_only, logits_in_place_, b);
+    const int32_t argmax =
+        argmax_buffer_ < 0
+            ? -1
+            : 2 * std::min<int32_t>(valid_vocab_, int32_t(config_.vocab_size)) + argmax_buffer_;
+    const auto key =
+        std::make_tuple(T, L, decode_slices_, decode_only, logits_in_place_, b, argmax);
     cudaGraphExec_t exec = nullptr;
     if (const cudaGraphExec_t* held = graphs_.find(key)) {
       exec = *held;
@@ -676,7 +697,14 @@ void CudaRunner::run_model(int32_t T, int32_t L) {
   // layers' Linears, not cuBLASLt, which does not overlap (NOTES.md v42: the verify's remaining
   // seam). H100 (NOTES.md v48, x2 alternated, device span): 7B 5-token step 5.081 / 5.087 ->
   // 5.067 / 5.070 ms, 0.5B 3-token 0.751 / 0.755 -> 0.744 / 0.744.
-  if (L <= kernels::kGemvMaxTokens) {
+  if (L <= kernels::kGemvMaxTokens && argmax_buffer_ >= 0) {
+    // Greedy ids for the promised sample_async(), where its argmax would write them.
+    const kernels::GemvArgmax argmax{
+        lm_argmax_scratch_.ptr(), std::min<int32_t>(valid_vocab_, int32_t(c.vocab_size)),
+        async_ids_dev_.as<int32_t>(), async_ids_host_[argmax_buffer_].device_ptr<int32_t>()};
+    kernels::launch_gemv_argmax(picked, weights_.lm_head(), L, int32_t(c.vocab_size), H,
+                                logits_.as<float>(), argmax, stream_, pdl);
+  } else if (L <= kernels::kGemvMaxTokens) {
     kernels::launch_gemv(picked, weights_.lm_head(), L, int32_t(c.vocab_size), H, logits_.ptr(),
                          true, stream_, 0, pdl);
   } else if (L <= 8) {  // where skinny_gemm_wins holds at any vocabulary
@@ -816,6 +844,7 @@ void CudaRunner::sample(std::span<const SampleRequest> requests, std::span<int32
   TANDEM_CHECK(async_pending_.empty(), "sample() with %zu sample_async() calls outstanding",
                async_pending_.size());
   for (const SampleRequest& r : requests) TANDEM_CHECK(r.fed < 0, "sample() of a fed request");
+  check_greedy_next(requests, false);
   TANDEM_CHECK(out_tokens.size() >= requests.size());
   const int64_t V = config_.vocab_size;
   const int32_t valid = std::min<int32_t>(valid_vocab_, int32_t(V));
@@ -852,7 +881,22 @@ void CudaRunner::sample_async(std::span<const SampleRequest> requests) {
   TANDEM_CUDA_CHECK(cudaSetDevice(device_));
   TANDEM_CHECK(async_pending_.size() < kMaxAsyncSamples, "%zu samples outstanding",
                async_pending_.size());
+  check_greedy_next(requests, true);
   const int32_t n = int32_t(requests.size());
+  if (argmax_buffer_ >= 0) {
+    // The forward's lm_head GEMV took the argmax of each row into both buffers: request i's id
+    // is id i (greedy_in_row_order, checked above).
+    TANDEM_CHECK(argmax_buffer_ == async_next_);
+    std::vector<int32_t> slots(requests.size());
+    for (int32_t i = 0; i < n; ++i) slots[size_t(i)] = i;
+    const int32_t buf = async_next_;
+    async_next_ ^= 1;
+    argmax_buffer_ = -1;
+    TANDEM_CUDA_CHECK(cudaEventRecord(async_copied_[buf], stream_));
+    last_async_slots_ = slots;
+    async_pending_.push_back(AsyncSample{buf, std::move(slots)});
+    return;
+  }
   // As sample(): plain greedy rows on the argmax kernel, the others on the device sampler. Their
   // ids land argmax rows first; a fed request names its token by the last call's slot.
   std::vector<SampleRequest> resolved(requests.begin(), requests.end());

@@ -101,6 +101,8 @@ class CudaRunner final : public ModelRunner {
   // Whether a forward of this many tokens folds the norms into the int4 GEMVs (run_model's rule).
   bool folds_int4_norms(int32_t num_tokens) const;
   cudaStream_t stream() const { return stream_; }
+  // Forwards whose lm_head GEMV took the greedy ids itself (ForwardBatch::greedy_next).
+  int64_t lm_argmax_forwards() const { return lm_argmax_forwards_; }
 
  private:
   CudaRunner() = default;
@@ -204,7 +206,13 @@ class CudaRunner final : public ModelRunner {
   DeviceBuffer prob_rows_;       // [opts.prob_rows, vocab] fp32: make_prob_rows' views
   DeviceBuffer attn_partials_;   // [kDecodeSplitRows, H, D + 2] fp32: split-K decode states
   DeviceBuffer argmax_scratch_;  // kernels::argmax_scratch_bytes(vocab)
-  PinnedBuffer greedy_ids_;      // [max_logits] int32, mapped: the argmax kernel's output
+  // kernels::kGemvArgmaxScratchBytes: the lm_head GEMV's own argmax (ForwardBatch::greedy_next)
+  DeviceBuffer lm_argmax_scratch_;
+  // Of the current forward: the async_ids_host_ buffer its lm_head GEMV writes greedy ids into
+  // (with async_ids_dev_) for the sample_async() it promised, or -1.
+  int32_t argmax_buffer_ = -1;
+  int64_t lm_argmax_forwards_ = 0;
+  PinnedBuffer greedy_ids_;  // [max_logits] int32, mapped: the argmax kernel's output
   // sample_async(): the last call's ids on the device (what fed tokens and fed penalties read),
   // argmax rows first, then the device sampler's; each outstanding call's copy on the host, in
   // two alternating buffers, oldest first. A call with sampler rows draws into the stage first,
@@ -231,9 +239,10 @@ class CudaRunner final : public ModelRunner {
   DeviceAcceptance acceptance_;
   int32_t num_logits_ = 0;
 
-  // tokens, logits, splits, one query token a sequence, logits in place, metadata copy; at most
-  // RunnerOptions::max_graphs of them (set in create)
-  using GraphKey = std::tuple<int32_t, int32_t, int32_t, bool, bool, int32_t>;
+  // tokens, logits, splits, one query token a sequence, logits in place, metadata copy, and the
+  // lm_head's argmax (-1 none, else 2 * the valid vocabulary + argmax_buffer_: both are in the
+  // graph's launch); at most RunnerOptions::max_graphs of them (set in create)
+  using GraphKey = std::tuple<int32_t, int32_t, int32_t, bool, bool, int32_t, int32_t>;
   LruMap<GraphKey, cudaGraphExec_t> graphs_{1};
 };
 

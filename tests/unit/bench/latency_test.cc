@@ -14,7 +14,9 @@ using namespace tandem::bench;
 
 namespace {
 
-std::vector<std::vector<int32_t>> decode(const ModelDir& model, LatencyOptions o) {
+// The tokens; `promised`: the forwards whose ForwardBatch::greedy_next the runner saw kept.
+std::vector<std::vector<int32_t>> decode(const ModelDir& model, LatencyOptions o,
+                                         int64_t* promised = nullptr) {
   RunnerOptions ro;
   ro.page_size = 4;
   ro.num_pages = latency_pages_per_seq(o, ro.page_size) * o.batch_size;
@@ -27,6 +29,7 @@ std::vector<std::vector<int32_t>> decode(const ModelDir& model, LatencyOptions o
   auto res = run_latency(**runner, o, 1);
   REQUIRE_MESSAGE(res.ok(), (res.ok() ? "" : res.error().to_string()));
   CHECK(res->tpot_ms > 0);
+  if (promised != nullptr) *promised = (*runner)->greedy_next_kept();
   return res->outputs;
 }
 
@@ -47,9 +50,14 @@ TEST_CASE("the asynchronous decode loop gives the synchronous loop's tokens") {
     CAPTURE(penalty);
     o.decode_sampling.presence_penalty = penalty;
     o.async_decode = false;
-    const auto sync = decode(*model, o);
+    int64_t promised_sync = -1, promised_async = -1;
+    const auto sync = decode(*model, o, &promised_sync);
     o.async_decode = true;
-    const auto async = decode(*model, o);
+    const auto async = decode(*model, o, &promised_async);
+    // Plain greedy async steps promise their argmax to the runner (the CUDA runner then takes
+    // it in the lm_head GEMV); penalised rows and the synchronous loop do not.
+    CHECK(promised_sync == 0);
+    CHECK(promised_async == (penalty == 0.0f ? o.output_len - 1 : 0));
     REQUIRE(sync.size() == 3);
     for (const auto& seq : sync) CHECK(seq.size() == 11);
     CHECK(async == sync);
