@@ -48,9 +48,10 @@ __device__ __forceinline__ unsigned long long argmax_key(float v, int row) {
 }
 
 // The block's best row of each token goes into the token's atomic maximum; the grid's last block
-// to take a ticket writes the ids and zeroes the scratch. Every thread of the block calls it.
-// offers: this warp's row may be chosen (its part 0, a row below n and below am.valid).
-template <int M, int kWarpsHere>
+// to take a ticket writes the ids and zeroes the scratch (kTicket; else only the maxima, and
+// gemv_argmax_finish_kernel writes the ids). Every thread of the block calls it. offers: this
+// warp's row may be chosen (its part 0, a row below n and below am.valid).
+template <int M, int kWarpsHere, bool kTicket>
 __device__ __forceinline__ void gemv_argmax_epilogue(const float (&acc)[1][M], bool offers, int row,
                                                      const GemvArgmax& am) {
   __shared__ float sv[M][kWarpsHere];
@@ -77,7 +78,8 @@ __device__ __forceinline__ void gemv_argmax_epilogue(const float (&acc)[1][M], b
     }
     if (bi != kNoRow) atomicMax(&keys[t], argmax_key(bv, bi));
   }
-  __threadfence();  // the maxima are in before the ticket says so
+  if constexpr (!kTicket) return;  // gemv_argmax_finish_kernel takes it from here
+  __threadfence();                 // the maxima are in before the ticket says so
   if (atomicAdd(ticket, 1u) != gridDim.x - 1) return;
 #pragma unroll
   for (int t = 0; t < M; ++t) {
@@ -89,12 +91,25 @@ __device__ __forceinline__ void gemv_argmax_epilogue(const float (&acc)[1][M], b
   atomicExch(ticket, 0u);  // ready for the next launch on this scratch (stream order)
 }
 
+// GemvArgmax::finish_kernel: the ids from the maxima the GEMV left, zeroing them for the next
+// launch. Overlapped (pdl), it launches during the GEMV and waits for all of it.
+__global__ void gemv_argmax_finish_kernel(GemvArgmax am, int32_t m) {
+  pdl::grid_dependency_wait();
+  const int t = int(threadIdx.x);
+  if (t >= m) return;
+  const unsigned long long key = atomicExch(&static_cast<unsigned long long*>(am.scratch)[t], 0ull);
+  const int id = key == 0 ? 0 : int(0xffffffffu - uint32_t(key));
+  am.out[t] = id;
+  if (am.out_copy != nullptr) am.out_copy[t] = id;
+}
+
 // One warp per output row, or kParts warps a row (gemv_warp::combine_parts). kAdd: y is the
 // fp32 residual and gains the bf16-rounded result (launch_gemv_add); else y is stored (bf16 or
 // fp32). kPdl: may overlap the kernel before it; kLead: its successor may launch at its start
-// (gemv_warp::lead_trigger). kArgmax: also the greedy ids of the rows (GemvArgmax, `am`).
+// (gemv_warp::lead_trigger). kArgmax: also the greedy ids of the rows (GemvArgmax, `am`): 1 by
+// the last block's ticket, 2 only the maxima (gemv_argmax_finish_kernel writes the ids).
 template <int M, typename Out, bool kAdd = false, bool kPdl = false, int kParts = 1,
-          bool kLead = false, bool kArgmax = false>
+          bool kLead = false, int kArgmax = 0>
 __global__ void __launch_bounds__(kRowWarps * 32)
     gemv_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w, int32_t n,
                 int32_t k, int32_t ldy, Out* __restrict__ y, GemvArgmax am) {
@@ -103,7 +118,7 @@ __global__ void __launch_bounds__(kRowWarps * 32)
   const int row = blockIdx.x * (kRowWarps / kParts) + warp / kParts;
   // An exited block counts as having let its successor launch. The argmax's epilogue is a
   // barrier, so there the warps past the end load row 0 and offer nothing.
-  if (kParts == 1 && !kArgmax && row >= n) return;
+  if (kParts == 1 && kArgmax == 0 && row >= n) return;
   // A split row's warps past the end load row 0 and store nothing (combine_parts is a barrier).
   const __nv_bfloat16* rows[1] = {w + int64_t(row < n ? row : 0) * k};
   float acc[1][M];
@@ -123,8 +138,9 @@ __global__ void __launch_bounds__(kRowWarps * 32)
                                                                          part);
   gemv_warp::allow_successor<kPdl, kLead>();
   gemv_warp::combine_parts<kParts>(acc, part);
-  if constexpr (kArgmax) {
-    gemv_argmax_epilogue<M, kRowWarps>(acc, part == 0 && row < n && row < am.valid, row, am);
+  if constexpr (kArgmax != 0) {
+    gemv_argmax_epilogue<M, kRowWarps, kArgmax == 1>(acc, part == 0 && row < n && row < am.valid,
+                                                     row, am);
   }
   if (!stores) return;
 #pragma unroll
@@ -200,7 +216,7 @@ void swiglu(const __nv_bfloat16* x, const NormedRows& in, const __nv_bfloat16* w
 // tokens always take the form with first loads (kPdl; its wait is a no-op on a plain launch):
 // without them a 896-feature row's last chunks are loaded one at a time, and the 0.5B's
 // 2-token lm_head took 116 us against 66 for one token (ncu, H200; NOTES.md v27).
-template <typename Out, bool kAdd, bool kArgmax = false>
+template <typename Out, bool kAdd, int kArgmax = 0>
 void launch_tokens(int32_t m, const __nv_bfloat16* x, const __nv_bfloat16* w, int32_t n, int32_t k,
                    int32_t ldy, Out* y, bool pdl, cudaStream_t stream, const GemvArgmax& am = {}) {
   static_assert(kGemvMaxTokens == 2, "one instantiation per token count");
@@ -266,7 +282,12 @@ void launch_gemv_argmax(const __nv_bfloat16* x, const __nv_bfloat16* w, int32_t 
     std::fprintf(stderr, "gemv_argmax: unsupported m=%d k=%d valid=%d\n", m, k, argmax.valid);
     std::abort();
   }
-  launch_tokens<float, false, true>(m, x, w, n, k, n, y, pdl, stream, argmax);
+  if (!argmax.finish_kernel) {
+    launch_tokens<float, false, 1>(m, x, w, n, k, n, y, pdl, stream, argmax);
+  } else {
+    launch_tokens<float, false, 2>(m, x, w, n, k, n, y, pdl, stream, argmax);
+    pdl::launch(pdl, gemv_argmax_finish_kernel, 1, 32, 0, stream, argmax, m);
+  }
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 

@@ -62,6 +62,9 @@ struct GemvArgmax {
   int32_t valid = 0;            // rows >= valid (a padded vocabulary) are never chosen
   int32_t* out = nullptr;       // [m] ids, device or mapped host memory
   int32_t* out_copy = nullptr;  // [m] or null: the same ids again (e.g. mapped host memory)
+  // false: the GEMV's last block by ticket writes the ids; true: a one-block kernel launched
+  // after it (overlapped with pdl) does, and the GEMV's blocks only offer their maxima.
+  bool finish_kernel = false;
 };
 inline constexpr size_t kGemvArgmaxScratchBytes = 256;
 
