@@ -32,10 +32,8 @@ constexpr int kFirstLoadsPair = 2;
 // The unfolded form (the 7B's) keeps the compiler's choice: 48 registers, 5 blocks already.
 constexpr int kFoldedSwigluBlocks = 5;
 
-// GemvArgmax's scratch: the per-token maxima, then the ticket on a line of its own.
-constexpr int kArgmaxTicketOffset = 128;
-static_assert(kGemvMaxTokens * 8 <= kArgmaxTicketOffset &&
-              kArgmaxTicketOffset + 4 <= int(kGemvArgmaxScratchBytes));
+// GemvArgmax's scratch: the per-token maxima.
+static_assert(kGemvMaxTokens * 8 <= int(kGemvArgmaxScratchBytes));
 constexpr int kNoRow = 0x7fffffff;
 
 // (v, row) as a 64-bit key whose unsigned order is argmax_better's: the larger value first, then
@@ -47,11 +45,14 @@ __device__ __forceinline__ unsigned long long argmax_key(float v, int row) {
   return (static_cast<unsigned long long>(ordered) << 32) | (0xffffffffu - uint32_t(row));
 }
 
-// The block's best row of each token goes into the token's atomic maximum; the grid's last block
-// to take a ticket writes the ids and zeroes the scratch (kTicket; else only the maxima, and
-// gemv_argmax_finish_kernel writes the ids). Every thread of the block calls it. offers: this
-// warp's row may be chosen (its part 0, a row below n and below am.valid).
-template <int M, int kWarpsHere, bool kTicket>
+// The block's best row of each token goes into the token's atomic maximum, which
+// gemv_argmax_finish_kernel turns into ids. Every thread of the block calls it (a barrier).
+// offers: this warp's row may be chosen (its part 0, a row below n and below am.valid).
+//
+// The grid's last block by ticket writing the ids instead (a fence and a returning atomic at the
+// end of every block) made the 0.5B's step slower, 0.5292-0.5307 -> 0.5406 ms, where this form
+// took it to 0.5248-0.5251 (H100, NOTES.md v52).
+template <int M, int kWarpsHere>
 __device__ __forceinline__ void gemv_argmax_epilogue(const float (&acc)[1][M], bool offers, int row,
                                                      const GemvArgmax& am) {
   __shared__ float sv[M][kWarpsHere];
@@ -67,8 +68,6 @@ __device__ __forceinline__ void gemv_argmax_epilogue(const float (&acc)[1][M], b
   __syncthreads();
   if (threadIdx.x != 0) return;
   auto* keys = static_cast<unsigned long long*>(am.scratch);
-  auto* ticket =
-      reinterpret_cast<unsigned int*>(static_cast<char*>(am.scratch) + kArgmaxTicketOffset);
 #pragma unroll
   for (int t = 0; t < M; ++t) {
     float bv = -INFINITY;
@@ -78,21 +77,10 @@ __device__ __forceinline__ void gemv_argmax_epilogue(const float (&acc)[1][M], b
     }
     if (bi != kNoRow) atomicMax(&keys[t], argmax_key(bv, bi));
   }
-  if constexpr (!kTicket) return;  // gemv_argmax_finish_kernel takes it from here
-  __threadfence();                 // the maxima are in before the ticket says so
-  if (atomicAdd(ticket, 1u) != gridDim.x - 1) return;
-#pragma unroll
-  for (int t = 0; t < M; ++t) {
-    const unsigned long long key = atomicExch(&keys[t], 0ull);
-    const int id = key == 0 ? 0 : int(0xffffffffu - uint32_t(key));
-    am.out[t] = id;
-    if (am.out_copy != nullptr) am.out_copy[t] = id;
-  }
-  atomicExch(ticket, 0u);  // ready for the next launch on this scratch (stream order)
 }
 
-// GemvArgmax::finish_kernel: the ids from the maxima the GEMV left, zeroing them for the next
-// launch. Overlapped (pdl), it launches during the GEMV and waits for all of it.
+// The ids from the maxima the GEMV left, zeroing them for the next launch. Overlapped (pdl), it
+// launches during the GEMV and waits for all of it.
 __global__ void gemv_argmax_finish_kernel(GemvArgmax am, int32_t m) {
   pdl::grid_dependency_wait();
   const int t = int(threadIdx.x);
@@ -106,10 +94,9 @@ __global__ void gemv_argmax_finish_kernel(GemvArgmax am, int32_t m) {
 // One warp per output row, or kParts warps a row (gemv_warp::combine_parts). kAdd: y is the
 // fp32 residual and gains the bf16-rounded result (launch_gemv_add); else y is stored (bf16 or
 // fp32). kPdl: may overlap the kernel before it; kLead: its successor may launch at its start
-// (gemv_warp::lead_trigger). kArgmax: also the greedy ids of the rows (GemvArgmax, `am`): 1 by
-// the last block's ticket, 2 only the maxima (gemv_argmax_finish_kernel writes the ids).
+// (gemv_warp::lead_trigger). kArgmax: also each token's best row into GemvArgmax's maxima (`am`).
 template <int M, typename Out, bool kAdd = false, bool kPdl = false, int kParts = 1,
-          bool kLead = false, int kArgmax = 0>
+          bool kLead = false, bool kArgmax = false>
 __global__ void __launch_bounds__(kRowWarps * 32)
     gemv_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w, int32_t n,
                 int32_t k, int32_t ldy, Out* __restrict__ y, GemvArgmax am) {
@@ -118,7 +105,7 @@ __global__ void __launch_bounds__(kRowWarps * 32)
   const int row = blockIdx.x * (kRowWarps / kParts) + warp / kParts;
   // An exited block counts as having let its successor launch. The argmax's epilogue is a
   // barrier, so there the warps past the end load row 0 and offer nothing.
-  if (kParts == 1 && kArgmax == 0 && row >= n) return;
+  if (kParts == 1 && !kArgmax && row >= n) return;
   // A split row's warps past the end load row 0 and store nothing (combine_parts is a barrier).
   const __nv_bfloat16* rows[1] = {w + int64_t(row < n ? row : 0) * k};
   float acc[1][M];
@@ -138,9 +125,8 @@ __global__ void __launch_bounds__(kRowWarps * 32)
                                                                          part);
   gemv_warp::allow_successor<kPdl, kLead>();
   gemv_warp::combine_parts<kParts>(acc, part);
-  if constexpr (kArgmax != 0) {
-    gemv_argmax_epilogue<M, kRowWarps, kArgmax == 1>(acc, part == 0 && row < n && row < am.valid,
-                                                     row, am);
+  if constexpr (kArgmax) {
+    gemv_argmax_epilogue<M, kRowWarps>(acc, part == 0 && row < n && row < am.valid, row, am);
   }
   if (!stores) return;
 #pragma unroll
@@ -216,7 +202,7 @@ void swiglu(const __nv_bfloat16* x, const NormedRows& in, const __nv_bfloat16* w
 // tokens always take the form with first loads (kPdl; its wait is a no-op on a plain launch):
 // without them a 896-feature row's last chunks are loaded one at a time, and the 0.5B's
 // 2-token lm_head took 116 us against 66 for one token (ncu, H200; NOTES.md v27).
-template <typename Out, bool kAdd, int kArgmax = 0>
+template <typename Out, bool kAdd, bool kArgmax = false>
 void launch_tokens(int32_t m, const __nv_bfloat16* x, const __nv_bfloat16* w, int32_t n, int32_t k,
                    int32_t ldy, Out* y, bool pdl, cudaStream_t stream, const GemvArgmax& am = {}) {
   static_assert(kGemvMaxTokens == 2, "one instantiation per token count");
@@ -282,12 +268,8 @@ void launch_gemv_argmax(const __nv_bfloat16* x, const __nv_bfloat16* w, int32_t 
     std::fprintf(stderr, "gemv_argmax: unsupported m=%d k=%d valid=%d\n", m, k, argmax.valid);
     std::abort();
   }
-  if (!argmax.finish_kernel) {
-    launch_tokens<float, false, 1>(m, x, w, n, k, n, y, pdl, stream, argmax);
-  } else {
-    launch_tokens<float, false, 2>(m, x, w, n, k, n, y, pdl, stream, argmax);
-    pdl::launch(pdl, gemv_argmax_finish_kernel, 1, 32, 0, stream, argmax, m);
-  }
+  launch_tokens<float, false, true>(m, x, w, n, k, n, y, pdl, stream, argmax);
+  pdl::launch(pdl, gemv_argmax_finish_kernel, 1, 32, 0, stream, argmax, m);
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 

@@ -55,16 +55,14 @@ void launch_gemv_swiglu(const NormedRows& x, const __nv_bfloat16* w, int32_t m, 
 // Greedy ids from the lm_head GEMV itself (launch_gemv_argmax): the index of the largest fp32
 // output of each token's row among rows [0, valid), lowest index on ties, 0 when every output is
 // NaN: launch_argmax_rows' ids, without its launch after the forward. Each block offers its
-// best row to a 64-bit atomic max per token and takes a ticket; the last block turns the maxima
-// into ids and leaves the scratch zeroed for the next launch.
+// best row to a 64-bit atomic maximum per token; a one-block kernel launched after the GEMV
+// (overlapped with pdl) turns the maxima into ids and leaves the scratch zeroed for the next
+// launch.
 struct GemvArgmax {
   void* scratch = nullptr;      // kGemvArgmaxScratchBytes, device, zeroed before the first launch
   int32_t valid = 0;            // rows >= valid (a padded vocabulary) are never chosen
   int32_t* out = nullptr;       // [m] ids, device or mapped host memory
   int32_t* out_copy = nullptr;  // [m] or null: the same ids again (e.g. mapped host memory)
-  // false: the GEMV's last block by ticket writes the ids; true: a one-block kernel launched
-  // after it (overlapped with pdl) does, and the GEMV's blocks only offer their maxima.
-  bool finish_kernel = false;
 };
 inline constexpr size_t kGemvArgmaxScratchBytes = 256;
 

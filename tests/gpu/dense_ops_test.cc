@@ -402,9 +402,8 @@ TEST_CASE("argmax: rows of many slices, ties across slices, NaN and -inf rows, >
 
 namespace {
 
-// launch_gemv_argmax against launch_gemv's outputs and host_argmax over them, on poisoned outputs,
-// with the ids written by the GEMV's last block and by the finishing kernel; each launch on the
-// same scratch (left zeroed by the one before) gives the same ids.
+// launch_gemv_argmax against launch_gemv's outputs and host_argmax over them, on poisoned outputs;
+// a second launch on the same scratch (left zeroed by the first) gives the same ids.
 void check_gemv_argmax(const std::vector<uint16_t>& xb, const std::vector<uint16_t>& wb, int m,
                        int n, int k, int valid, bool pdl) {
   CAPTURE(m);
@@ -417,12 +416,12 @@ void check_gemv_argmax(const std::vector<uint16_t>& xb, const std::vector<uint16
   kernels::launch_gemv(x.p, w.p, m, n, k, plain.p, /*out_f32=*/true, nullptr);
   Dev<char> scratch(kernels::kGemvArgmaxScratchBytes);
   TANDEM_CUDA_CHECK(cudaMemset(scratch.p, 0, scratch.n));
-  for (int run = 0; run < 4; ++run) {
+  for (int run = 0; run < 2; ++run) {
     Dev<int32_t> ids{size_t(m)}, copy{size_t(m)};
     fused.poison();
     ids.poison();
     copy.poison();
-    const kernels::GemvArgmax argmax{scratch.p, valid, ids.p, copy.p, /*finish_kernel=*/run >= 2};
+    const kernels::GemvArgmax argmax{scratch.p, valid, ids.p, copy.p};
     kernels::launch_gemv_argmax(x.p, w.p, m, n, k, fused.p, argmax, nullptr, pdl);
     const auto y = fused.get<float>();
     const auto want_y = plain.get<float>();
@@ -477,13 +476,10 @@ TEST_CASE("gemv_argmax: padded rows, ties, zeros, NaN and -inf, as launch_argmax
     Dev<char> scratch(kernels::kGemvArgmaxScratchBytes);
     TANDEM_CUDA_CHECK(cudaMemset(scratch.p, 0, scratch.n));
     Dev<int32_t> id(1);
-    for (bool finish : {false, true}) {
-      id.poison();
-      kernels::launch_gemv_argmax(xd.p, wd.p, 1, n, k, y.p,
-                                  kernels::GemvArgmax{scratch.p, valid, id.p, nullptr, finish},
-                                  nullptr);
-      CHECK(id.get<int32_t>()[0] == want);
-    }
+    id.poison();
+    kernels::launch_gemv_argmax(xd.p, wd.p, 1, n, k, y.p,
+                                kernels::GemvArgmax{scratch.p, valid, id.p, nullptr}, nullptr);
+    CHECK(id.get<int32_t>()[0] == want);
   };
   auto c = column(-3.0f);
   c[valid + 3] = 9.0f;  // padding: never chosen

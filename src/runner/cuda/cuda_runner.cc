@@ -393,7 +393,7 @@ void CudaRunner::forward(const ForwardBatch& batch) {
   // buffer it will use): the lm_head GEMV of one or two rows takes the argmax itself.
   argmax_buffer_ = -1;
   // TANDEM_LM_ARGMAX=0 keeps the argmax launch after the forward (for A/B runs).
-  const bool lm_argmax = lm_argmax_mode() != 0;
+  static const bool lm_argmax = kernels::env_choice("TANDEM_LM_ARGMAX", {0, 1}, 1) == 1;
   if (batch.greedy_next) {
     TANDEM_CHECK(async_pending_.size() < kMaxAsyncSamples,
                  "greedy_next with %zu sample_async() calls outstanding", async_pending_.size());
@@ -701,8 +701,7 @@ void CudaRunner::run_model(int32_t T, int32_t L) {
     // Greedy ids for the promised sample_async(), where its argmax would write them.
     const kernels::GemvArgmax argmax{
         lm_argmax_scratch_.ptr(), std::min<int32_t>(valid_vocab_, int32_t(c.vocab_size)),
-        async_ids_dev_.as<int32_t>(), async_ids_host_[argmax_buffer_].device_ptr<int32_t>(),
-        lm_argmax_mode() == 2};
+        async_ids_dev_.as<int32_t>(), async_ids_host_[argmax_buffer_].device_ptr<int32_t>()};
     kernels::launch_gemv_argmax(picked, weights_.lm_head(), L, int32_t(c.vocab_size), H,
                                 logits_.as<float>(), argmax, stream_, pdl);
   } else if (L <= kernels::kGemvMaxTokens) {
@@ -831,13 +830,6 @@ bool CudaRunner::int4_fold_layers() const {
     return single_int4_matrix(l.qkv, &qkv) && kernels::int4_qkv_rope_fuses(qkv, 1, shape) &&
            single_int4_matrix(l.gate_up, &gate_up) && kernels::int4_swiglu_fuses(gate_up, 1);
   });
-}
-
-int CudaRunner::lm_argmax_mode() {
-  // 0: the argmax launch after the forward (A/B runs); 1: the GEMV's last block writes the ids;
-  // 2: a one-block kernel after the GEMV does (GemvArgmax::finish_kernel).
-  static const int mode = kernels::env_choice("TANDEM_LM_ARGMAX", {0, 1, 2}, 1);
-  return mode;
 }
 
 bool CudaRunner::folds_norms(int32_t T) const {

@@ -116,8 +116,6 @@ class CudaRunner final : public ModelRunner {
   // pdl: the decode kernel may overlap the launch before it (kernels/pdl.cuh).
   void attention(int32_t num_tokens, const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache,
                  bool pdl = false);
-  // TANDEM_LM_ARGMAX: how a promised greedy argmax (ForwardBatch::greedy_next) runs.
-  static int lm_argmax_mode();
   // Whether every layer takes the int4 fold's fused forms, and the model is small enough.
   bool int4_fold_layers() const;
   void linear(const __nv_bfloat16* x, const DeviceLinear& w, int32_t m, void* y, bool pdl = false) {
