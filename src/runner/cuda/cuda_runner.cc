@@ -389,10 +389,11 @@ void CudaRunner::forward(const ForwardBatch& batch) {
   const int32_t b = meta_stream_ ? 1 - meta_cur_ : 0;
   TANDEM_CUDA_CHECK(cudaEventSynchronize(meta_copied_[b]));
   note_greedy_next(batch);
-  // A promised all-greedy sample_async() (one the host has not waited for yet cannot hold the
-  // buffer it will use): the lm_head GEMV of one or two rows takes the argmax itself.
+  // A promised all-greedy sample_async() (ForwardBatch::greedy_next): the lm_head GEMV of one or
+  // two rows takes the argmax itself, into the host buffer that call will use (free: with fewer
+  // than kMaxAsyncSamples calls outstanding, the host has read it). TANDEM_LM_ARGMAX=0 keeps the
+  // argmax launch after the forward (for A/B runs).
   argmax_buffer_ = -1;
-  // TANDEM_LM_ARGMAX=0 keeps the argmax launch after the forward (for A/B runs).
   static const bool lm_argmax = kernels::env_choice("TANDEM_LM_ARGMAX", {0, 1}, 1) == 1;
   if (batch.greedy_next) {
     TANDEM_CHECK(async_pending_.size() < kMaxAsyncSamples,
