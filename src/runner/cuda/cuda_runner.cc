@@ -393,15 +393,13 @@ void CudaRunner::forward(const ForwardBatch& batch) {
   // two rows takes the argmax itself, into the host buffer that call will use (free: with fewer
   // than kMaxAsyncSamples calls outstanding, the host has read it). TANDEM_LM_ARGMAX=0 keeps the
   // argmax launch after the forward (for A/B runs).
-  argmax_buffer_ = -1;
+  lm_argmax_ = false;
   static const bool lm_argmax = kernels::env_choice("TANDEM_LM_ARGMAX", {0, 1}, 1) == 1;
   if (batch.greedy_next) {
     TANDEM_CHECK(async_pending_.size() < kMaxAsyncSamples,
                  "greedy_next with %zu sample_async() calls outstanding", async_pending_.size());
-    if (lm_argmax && L >= 1 && L <= kernels::kGemvMaxTokens) {
-      argmax_buffer_ = async_next_;
-      ++lm_argmax_forwards_;
-    }
+    lm_argmax_ = lm_argmax && L >= 1 && L <= kernels::kGemvMaxTokens;
+    if (lm_argmax_) ++lm_argmax_forwards_;
   }
   int32_t* m = meta_host_[b].as<int32_t>();
   bool decode_only = T == S;
@@ -508,10 +506,7 @@ void CudaRunner::forward(const ForwardBatch& batch) {
   };
 
   if (use_graphs_ && ((decode_only && T <= kMaxGraphBatch) || small_q)) {
-    const int32_t argmax =
-        argmax_buffer_ < 0
-            ? -1
-            : 2 * std::min<int32_t>(valid_vocab_, int32_t(config_.vocab_size)) + argmax_buffer_;
+    const int32_t argmax = lm_argmax_ ? 2 * valid_ids() + async_next_ : -1;
     const auto key =
         std::make_tuple(T, L, decode_slices_, decode_only, logits_in_place_, b, argmax);
     cudaGraphExec_t exec = nullptr;
@@ -698,11 +693,11 @@ void CudaRunner::run_model(int32_t T, int32_t L) {
   // layers' Linears, not cuBLASLt, which does not overlap (NOTES.md v42: the verify's remaining
   // seam). H100 (NOTES.md v48, x2 alternated, device span): 7B 5-token step 5.081 / 5.087 ->
   // 5.067 / 5.070 ms, 0.5B 3-token 0.751 / 0.755 -> 0.744 / 0.744.
-  if (L <= kernels::kGemvMaxTokens && argmax_buffer_ >= 0) {
+  if (lm_argmax_) {  // L <= kGemvMaxTokens
     // Greedy ids for the promised sample_async(), where its argmax would write them.
-    const kernels::GemvArgmax argmax{
-        lm_argmax_scratch_.ptr(), std::min<int32_t>(valid_vocab_, int32_t(c.vocab_size)),
-        async_ids_dev_.as<int32_t>(), async_ids_host_[argmax_buffer_].device_ptr<int32_t>()};
+    const kernels::GemvArgmax argmax{lm_argmax_scratch_.ptr(), valid_ids(),
+                                     async_ids_dev_.as<int32_t>(),
+                                     async_ids_host_[async_next_].device_ptr<int32_t>()};
     kernels::launch_gemv_argmax(picked, weights_.lm_head(), L, int32_t(c.vocab_size), H,
                                 logits_.as<float>(), argmax, stream_, pdl);
   } else if (L <= kernels::kGemvMaxTokens) {
@@ -848,7 +843,7 @@ void CudaRunner::sample(std::span<const SampleRequest> requests, std::span<int32
   check_greedy_next(requests, false);
   TANDEM_CHECK(out_tokens.size() >= requests.size());
   const int64_t V = config_.vocab_size;
-  const int32_t valid = std::min<int32_t>(valid_vocab_, int32_t(V));
+  const int32_t valid = valid_ids();
   // Plain greedy rows (no penalties, nothing suppressed) take the argmax kernel, which writes
   // their ids straight into mapped host memory; every other row goes through the device
   // sampler. Only ids and per-row settings cross PCIe.
@@ -884,15 +879,14 @@ void CudaRunner::sample_async(std::span<const SampleRequest> requests) {
                async_pending_.size());
   check_greedy_next(requests, true);
   const int32_t n = int32_t(requests.size());
-  if (argmax_buffer_ >= 0) {
-    // The forward's lm_head GEMV took the argmax of each row into both buffers: request i's id
-    // is id i (greedy_in_row_order, checked above).
-    TANDEM_CHECK(argmax_buffer_ == async_next_);
+  if (lm_argmax_) {
+    // The forward's lm_head GEMV took the argmax of each row into both of this call's buffers:
+    // request i's id is id i (greedy_in_row_order, checked above).
     std::vector<int32_t> slots(requests.size());
     for (int32_t i = 0; i < n; ++i) slots[size_t(i)] = i;
     const int32_t buf = async_next_;
     async_next_ ^= 1;
-    argmax_buffer_ = -1;
+    lm_argmax_ = false;
     TANDEM_CUDA_CHECK(cudaEventRecord(async_copied_[buf], stream_));
     last_async_slots_ = slots;
     async_pending_.push_back(AsyncSample{buf, std::move(slots)});
@@ -925,7 +919,7 @@ void CudaRunner::sample_async(std::span<const SampleRequest> requests) {
   // argmax's land in the stage and then move here in one copy.
   int32_t* ids = async_ids_dev_.as<int32_t>();
   int32_t* dst = others.empty() ? ids : async_stage_dev_.as<int32_t>();
-  const int32_t valid = std::min<int32_t>(valid_vocab_, int32_t(config_.vocab_size));
+  const int32_t valid = valid_ids();
   const int32_t buf = async_next_;
   async_next_ ^= 1;
   // All-greedy calls (the common decode step): the argmax also writes the ids into this call's

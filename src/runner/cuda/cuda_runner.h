@@ -7,10 +7,10 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <atomic>
 #include <deque>
 #include <limits>
-#include <map>
 #include <memory>
 #include <tuple>
 #include <utility>
@@ -106,6 +106,8 @@ class CudaRunner final : public ModelRunner {
 
  private:
   CudaRunner() = default;
+  // Ids the samplers may give: the engine's valid vocabulary within the model's rows.
+  int32_t valid_ids() const { return std::min<int32_t>(valid_vocab_, int32_t(config_.vocab_size)); }
   // Dequantization scratch and the FP8 GEMM context the loaded Linears need; a W8A8 model on a
   // GPU without FP8 tensor cores is refused here.
   Status make_linear_scratch();
@@ -208,9 +210,10 @@ class CudaRunner final : public ModelRunner {
   DeviceBuffer argmax_scratch_;  // kernels::argmax_scratch_bytes(vocab)
   // kernels::kGemvArgmaxScratchBytes: the lm_head GEMV's own argmax (ForwardBatch::greedy_next)
   DeviceBuffer lm_argmax_scratch_;
-  // Of the current forward: the async_ids_host_ buffer its lm_head GEMV writes greedy ids into
-  // (with async_ids_dev_) for the sample_async() it promised, or -1.
-  int32_t argmax_buffer_ = -1;
+  // Of the current forward: its lm_head GEMV writes greedy ids into async_ids_dev_ and
+  // async_ids_host_[async_next_], the buffers of the sample_async() it promised (which alone
+  // moves async_next_, and clears this).
+  bool lm_argmax_ = false;
   int64_t lm_argmax_forwards_ = 0;
   PinnedBuffer greedy_ids_;  // [max_logits] int32, mapped: the argmax kernel's output
   // sample_async(): the last call's ids on the device (what fed tokens and fed penalties read),
@@ -240,8 +243,8 @@ class CudaRunner final : public ModelRunner {
   int32_t num_logits_ = 0;
 
   // tokens, logits, splits, one query token a sequence, logits in place, metadata copy, and the
-  // lm_head's argmax (-1 none, else 2 * the valid vocabulary + argmax_buffer_: both are in the
-  // graph's launch); at most RunnerOptions::max_graphs of them (set in create)
+  // lm_head's argmax (-1 none, else 2 * valid_ids() + async_next_: both are in the graph's
+  // launch); at most RunnerOptions::max_graphs of them (set in create)
   using GraphKey = std::tuple<int32_t, int32_t, int32_t, bool, bool, int32_t, int32_t>;
   LruMap<GraphKey, cudaGraphExec_t> graphs_{1};
 };
