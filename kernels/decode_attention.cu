@@ -6,6 +6,7 @@
 
 #include "cuda_check.cuh"
 #include "device_info.cuh"
+#include "env_knob.h"
 #include "mma_sm80.cuh"
 #include "pdl.cuh"
 
@@ -233,7 +234,8 @@ __global__ void __launch_bounds__(32 * kDecodeMaxWarps)
                                const int32_t* __restrict__ positions,
                                const int32_t* __restrict__ seq_page_start,
                                const int32_t* __restrict__ page_ids, PagedAttentionShape s,
-                               float* __restrict__ partials, __nv_bfloat16* __restrict__ out) {
+                               float* __restrict__ partials, __nv_bfloat16* __restrict__ out,
+                               bool warp_merge) {
   constexpr int D8 = D / 8, KC = D / 16, NT = D / 8, ST = kTcKeys / 8;
   constexpr int LPR = D8, RPI = 32 / LPR, NI = kTcKeys / RPI;  // K/V rows: lanes, rows, copies
   if constexpr (!kEarly) pdl::grid_dependency_wait();
@@ -458,6 +460,16 @@ __global__ void __launch_bounds__(32 * kDecodeMaxWarps)
   l += __shfl_xor_sync(0xffffffffu, l, 1);
   l += __shfl_xor_sync(0xffffffffu, l, 2);
 
+  // Head h's merged element d: the output itself, or (several splits) the block's partial.
+  auto store_merged = [&](int h, int d, float ob, float mb, float lb) {
+    if (splits == 1) {  // nothing left to merge: the output itself
+      out[(int64_t(t) * s.num_heads + h) * D + d] = __float2bfloat16(ob / lb);
+    } else {
+      float* part = partials + ((int64_t(t) * s.num_heads + h) * splits + split) * (D + 2);
+      part[d] = ob;
+      if (d == 0) part[D] = mb, part[D + 1] = lb;
+    }
+  };
   // The block's merge: each warp's state into its shared memory (an empty slice leaves m =
   // -inf, l = 0, o = 0), then the block's threads combine them per (query head, dim).
   __syncwarp();  // the last V rows' ldmatrix reads are done
@@ -470,6 +482,41 @@ __global__ void __launch_bounds__(32 * kDecodeMaxWarps)
     if (tig == 0) sm.state.m[g] = m, sm.state.l[g] = l;
   }
   __syncthreads();
+  if (warp_merge) {
+    // Warp w merges query heads w, w + num_warps, ...: lane v < num_warps takes warp v's scale
+    // for the head, every lane then has them all by shuffle, and the lanes stride over the
+    // head's D elements. No second barrier, and no chain of num_warps exps on G threads before
+    // it. Every sum runs in the order of the form below, so the bits are the same. H100, knob
+    // alternated (NOTES.md v53): 0.5B batch 1 0.5244-0.5260 -> 0.5125-0.5126 ms, batch 4
+    // 0.6913 -> 0.6735, batch 16 0.7975 -> 0.7862; 7B batch 1 4.7894-4.7897 -> 4.7831-4.7854.
+    // A first form, each warp taking runs of 32 elements and computing their head's scales for
+    // each run, cost the 7B (G = 7 heads of 128: 3-4 runs a thread) 4.796 -> 4.810.
+    static_assert(kDecodeMaxWarps <= 32, "a lane a warp's scale");
+    for (int gi = warp; gi < G; gi += num_warps) {
+      const float mw = lane < num_warps ? warps_sm[lane].state.m[gi] : -INFINITY;
+      float mb = mw;
+#pragma unroll
+      for (int off = kDecodeMaxWarps / 2; off > 0; off >>= 1)
+        mb = fmaxf(mb, __shfl_xor_sync(0xffffffffu, mb, off));
+      mb = __shfl_sync(0xffffffffu, mb, 0);
+      const float fw = lane < num_warps && mb != -INFINITY ? __expf(mw - mb) : 0.0f;
+      float f[kDecodeMaxWarps];
+      float lb = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kDecodeMaxWarps; ++w) {
+        f[w] = __shfl_sync(0xffffffffu, fw, w);
+        if (w < num_warps) lb += warps_sm[w].state.l[gi] * f[w];
+      }
+      for (int d = lane; d < D; d += 32) {
+        float ob = 0.0f;
+#pragma unroll
+        for (int w = 0; w < kDecodeMaxWarps; ++w)
+          if (w < num_warps) ob += warps_sm[w].state.o[gi][d] * f[w];
+        store_merged(kvh * G + gi, d, ob, mb, lb);
+      }
+    }
+    return;
+  }
   // The scales first, once a query head: every output element used to recompute all of them
   // (num_warps exps and m loads an element, 5-7 elements a thread at batch 1).
   auto& merged = warps_sm[0].state;
@@ -498,14 +545,7 @@ __global__ void __launch_bounds__(32 * kDecodeMaxWarps)
 #pragma unroll
     for (int w = 0; w < kDecodeMaxWarps; ++w)
       if (w < num_warps) ob += warps_sm[w].state.o[gi][d] * merged.f[w][gi];
-    const int h = kvh * G + gi;
-    if (splits == 1) {  // nothing left to merge: the output itself
-      out[(int64_t(t) * s.num_heads + h) * D + d] = __float2bfloat16(ob / merged.lb[gi]);
-    } else {
-      float* part = partials + ((int64_t(t) * s.num_heads + h) * splits + split) * (D + 2);
-      part[d] = ob;
-      if (d == 0) part[D] = merged.mb[gi], part[D + 1] = merged.lb[gi];
-    }
+    store_merged(kvh * G + gi, d, ob, merged.mb[gi], merged.lb[gi]);
   }
 }
 
@@ -513,7 +553,8 @@ template <int D>
 void launch_tc(const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache,
                const int32_t* token_seq, const int32_t* positions, const int32_t* seq_page_start,
                const int32_t* page_ids, PagedAttentionShape shape, int32_t num_slices,
-               float* partials, __nv_bfloat16* out, cudaStream_t stream, bool pdl) {
+               float* partials, __nv_bfloat16* out, cudaStream_t stream, bool pdl,
+               bool warp_merge) {
   const int max_warps = tc_max_warps<D>();
   const int warps = tc_warps(num_slices, max_warps);
   // A grid of at most one block an SM asks for max_warps' shared memory whatever its warps use:
@@ -539,7 +580,7 @@ void launch_tc(const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   pdl::launch(pdl, kernel, dim3(shape.num_tokens, shape.num_kv_heads, splits), 32 * warps, smem,
               stream, q, k_cache, v_cache, token_seq, positions, seq_page_start, page_ids, shape,
-              partials, out);
+              partials, out, warp_merge);
 }
 
 // One block per (token, head): merge the splits' states. Split 0 is never empty. Each split's
@@ -579,6 +620,11 @@ int32_t decode_attention_splits(int32_t head_dim, int32_t num_slices) {
                                                  : num_slices;
 }
 
+bool decode_attention_warp_merge() {
+  static const bool on = env_choice("TANDEM_ATTN_MERGE", {0, 1}, 1) == 1;
+  return on;
+}
+
 int32_t decode_attention_block_slices(int32_t head_dim) {
   return decode_attention_tensor_cores(head_dim) ? tc_max_warps(head_dim) : 1;
 }
@@ -587,7 +633,8 @@ void launch_decode_attention(const __nv_bfloat16* q, const __nv_bfloat16* k_cach
                              const __nv_bfloat16* v_cache, const int32_t* token_seq,
                              const int32_t* positions, const int32_t* seq_page_start,
                              const int32_t* page_ids, PagedAttentionShape shape, int32_t num_slices,
-                             float* partials, __nv_bfloat16* out, cudaStream_t stream, bool pdl) {
+                             float* partials, __nv_bfloat16* out, cudaStream_t stream, bool pdl,
+                             bool warp_merge) {
   if (shape.num_tokens == 0) return;
   const bool tc = decode_attention_tensor_cores(shape.head_dim);
   if (shape.head_dim > kMaxD || shape.head_dim % 8 != 0 ||
@@ -601,11 +648,11 @@ void launch_decode_attention(const __nv_bfloat16* q, const __nv_bfloat16* k_cach
   switch (shape.head_dim) {
     case 64:
       launch_tc<64>(q, k_cache, v_cache, token_seq, positions, seq_page_start, page_ids, shape,
-                    num_slices, partials, out, stream, pdl);
+                    num_slices, partials, out, stream, pdl, warp_merge);
       break;
     case 128:
       launch_tc<128>(q, k_cache, v_cache, token_seq, positions, seq_page_start, page_ids, shape,
-                     num_slices, partials, out, stream, pdl);
+                     num_slices, partials, out, stream, pdl, warp_merge);
       break;
     default:  // other head sizes: the scalar kernel, one block per slice
       decode_attention_kernel<<<dim3(shape.num_tokens, shape.num_kv_heads, num_slices), kThreads, 0,

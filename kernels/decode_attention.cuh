@@ -36,6 +36,11 @@ int32_t decode_attention_splits(int32_t head_dim, int32_t num_slices);
 // states and no merge launch.
 int32_t decode_attention_block_slices(int32_t head_dim);
 
+// How a tensor-core block merges its warps' slices: true, a warp a query head, the scales passed
+// by shuffle (one barrier); false, G threads' scales first (two barriers). Same bits either way.
+// The default is true; TANDEM_ATTN_MERGE=0 makes it false (A/B runs).
+bool decode_attention_warp_merge();
+
 // Floats of scratch `partials` must hold: num_tokens * num_heads * splits * (head_dim + 2), with
 // splits = decode_attention_splits(head_dim, num_slices) <= kDecodeMaxSplits. head_dim % 8 == 0,
 // <= 256; num_heads / num_kv_heads <= kDecodeMaxGroup; num_slices <= kDecodeMaxSlices (tensor
@@ -56,6 +61,7 @@ void launch_decode_attention(const __nv_bfloat16* q,         // [T, H * D] in
                              // position are read before the wait, so that kernel must write
                              // only q and the query tokens' own K/V rows. A sequence's tokens
                              // are consecutive, at consecutive positions.
-                             bool pdl = false);
+                             bool pdl = false,
+                             bool warp_merge = decode_attention_warp_merge());
 
 }  // namespace tandem::kernels

@@ -147,7 +147,7 @@ void run_case(const Case& c) {
     for (int slices : slice_counts) {
       CAPTURE(slices);
       CHECK(kernels::decode_attention_splits(D, slices) <= kernels::kDecodeMaxSplits);
-      auto run_decode = [&](bool pdl) {
+      auto run_decode = [&](bool pdl, bool warp_merge = true) {
         TANDEM_CUDA_CHECK(cudaMemcpy(dk.p, kc.data(), cache_n * 2, cudaMemcpyHostToDevice));
         TANDEM_CUDA_CHECK(cudaMemcpy(dv.p, vc.data(), cache_n * 2, cudaMemcpyHostToDevice));
         dq.poison();
@@ -159,7 +159,7 @@ void run_case(const Case& c) {
         kernels::launch_decode_attention(
             dq.p, dk.p, dv.p, dseq.p, dpos.p, dstart.p, dpages.p,
             kernels::PagedAttentionShape{T, H, KVH, D, P, float(scale)}, slices, partials.p, dout.p,
-            nullptr, pdl);
+            nullptr, pdl, warp_merge);
         return to_f32(dout.get<uint16_t>());
       };
       const auto dout1 = run_decode(false);
@@ -178,6 +178,16 @@ void run_case(const Case& c) {
       if (major >= 9) {
         const auto early = run_decode(true);
         CHECK(same_bits(dout1.data(), early.data(), dout1.size() * 4));
+      }
+      // A block's slices merged by G threads' scales first (two barriers) sum in the order the
+      // warp-a-head merge does: the same bits, plain and overlapped.
+      if (tc) {
+        const auto two_barriers = run_decode(false, false);
+        CHECK(same_bits(dout1.data(), two_barriers.data(), dout1.size() * 4));
+        if (major >= 9) {
+          const auto early = run_decode(true, false);
+          CHECK(same_bits(dout1.data(), early.data(), dout1.size() * 4));
+        }
       }
     }
   }
