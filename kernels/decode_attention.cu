@@ -226,16 +226,12 @@ __device__ __forceinline__ void cp_async16_if(bool pred, void* smem, const void*
 // sequence in a decode batch, up to a verify's k + 1) come after it. A plain launch reads
 // everything in the order below the wait (see launch_tc for where the early start runs).
 template <int D, bool kEarly>
-__global__ void __launch_bounds__(32 * kDecodeMaxWarps)
-    decode_attention_tc_kernel(const __nv_bfloat16* __restrict__ q,
-                               const __nv_bfloat16* __restrict__ k_cache,
-                               const __nv_bfloat16* __restrict__ v_cache,
-                               const int32_t* __restrict__ token_seq,
-                               const int32_t* __restrict__ positions,
-                               const int32_t* __restrict__ seq_page_start,
-                               const int32_t* __restrict__ page_ids, PagedAttentionShape s,
-                               float* __restrict__ partials, __nv_bfloat16* __restrict__ out,
-                               bool warp_merge) {
+__global__ void __launch_bounds__(32 * kDecodeMaxWarps) decode_attention_tc_kernel(
+    const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k_cache,
+    const __nv_bfloat16* __restrict__ v_cache, const int32_t* __restrict__ token_seq,
+    const int32_t* __restrict__ positions, const int32_t* __restrict__ seq_page_start,
+    const int32_t* __restrict__ page_ids, PagedAttentionShape s, float* __restrict__ partials,
+    __nv_bfloat16* __restrict__ out, bool warp_merge) {
   constexpr int D8 = D / 8, KC = D / 16, NT = D / 8, ST = kTcKeys / 8;
   constexpr int LPR = D8, RPI = 32 / LPR, NI = kTcKeys / RPI;  // K/V rows: lanes, rows, copies
   if constexpr (!kEarly) pdl::grid_dependency_wait();

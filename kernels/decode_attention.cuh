@@ -61,7 +61,6 @@ void launch_decode_attention(const __nv_bfloat16* q,         // [T, H * D] in
                              // position are read before the wait, so that kernel must write
                              // only q and the query tokens' own K/V rows. A sequence's tokens
                              // are consecutive, at consecutive positions.
-                             bool pdl = false,
-                             bool warp_merge = decode_attention_warp_merge());
+                             bool pdl = false, bool warp_merge = decode_attention_warp_merge());
 
 }  // namespace tandem::kernels
