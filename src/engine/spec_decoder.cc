@@ -235,6 +235,7 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
   // policy and the step is not observed.
   pinned_ = std::any_of(seqs.begin(), seqs.end(),
                         [](const Sequence* s) { return DraftLengthPolicy::reproducible(*s); });
+  const bool gate_shut = gate_.shut(int32_t(n));
   const bool speculate = policy_.config().fixed_k > 0 || pinned_ || gate_.speculate(int32_t(n));
   gated_ = !speculate;
   last_max_catchup_ = 0;
@@ -255,7 +256,13 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
     // times paid that nearly every step. A probe step is not a steady step for the gate (its
     // catch-up), so the gate never sees that cost: the schedule spaces the probes out itself
     // while they leave the whole batch plain.
-    const bool probe = probes_.next_step();
+    // A step the shut gate lets speculate is its probe, and a probe for the policy too: with
+    // every sequence's drafts off it would otherwise propose nothing, and the gate, which sees
+    // no speculative step, would stay shut on its old samples. ProbeSchedule counts only the
+    // steps the gate lets speculate (two a gate probe): with the gate shut, its own probes came
+    // ~8 gate probes (up to ~2,000 steps) after the drafts would agree again.
+    const bool scheduled = probes_.next_step();
+    const bool probe = scheduled || (gate_shut && !pinned_ && policy_.config().fixed_k == 0);
     for (size_t i = 0; i < n; ++i) chosen[i] = policy_.choose(*seqs[i], int32_t(n), probe);
     policy_.share_k(seqs, chosen, probe);
     if (!probe && std::any_of(chosen.begin(), chosen.end(), [](int32_t k) { return k > 0; })) {

@@ -65,8 +65,9 @@ void observe_acceptance(Sequence& seq, int32_t k, int32_t accepted);
 inline constexpr double kAcceptanceDecay = 0.9;
 inline constexpr double kAcceptanceStepDecay = 0.8;
 
-// Which speculative steps are probe steps (DraftLengthPolicy::choose's `probe`), on which
-// sequences whose drafts are off propose draft_min so that acceptance that recovers is noticed:
+// Which speculative steps are probe steps (DraftLengthPolicy::choose's `probe`; the shut gate's
+// probe steps are too), on which sequences whose drafts are off propose draft_min so that
+// acceptance that recovers is noticed:
 // every kProbePeriod-th step while some sequence speculates on the steps between, and twice as
 // long after each probe that left the whole batch plain (up to kMaxProbePeriod). With the whole
 // batch plain a probe step costs the batch the draft's catch-up on every token it skipped and a

@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <limits>
+#include <thread>
 
 #include "engine/disaggregated_engine.h"
 #include "engine/engine.h"
@@ -460,6 +462,112 @@ TEST_CASE("a draft that keeps failing probes ever more rarely (ProbeSchedule), s
   // steps ~15, 31, 63, 127 and 255: 9 steps proposed. With a probe every 16 steps, 27 did.
   CHECK(spec.drafts > 0);
   CHECK(spec.drafts <= 12);
+}
+
+namespace {
+
+// One request in three phases, by the target's forward count: before `spoil_at` the draft (the
+// target itself) agrees, but a verify pass costs `slow_ms` more than a plain step, so the gate
+// shuts; until `heal_at` every proposal is also wrong, so the policy turns the drafts off; from
+// then on the draft agrees and a verify pass costs what a plain step does. Every target forward
+// costs `step_ms` more, so that a draft step is cheap beside it (as the 0.5B beside the 7B).
+struct Phases {
+  int64_t spoil_at = 0, heal_at = 0;
+  int64_t step_ms = 0, slow_ms = 0;
+  int64_t target_forwards = 0;
+  std::vector<int64_t> verifies;  // the target forward of each verify pass
+  bool spoiled() const { return target_forwards >= spoil_at && target_forwards < heal_at; }
+  bool slow() const { return target_forwards < heal_at; }
+};
+
+class PhasedTarget final : public ForwardingRunner {
+ public:
+  PhasedTarget(std::unique_ptr<ModelRunner> inner, Phases* phases)
+      : ForwardingRunner(std::move(inner)), phases_(phases) {}
+  void forward(const ForwardBatch& batch) override {
+    int64_t ms = phases_->step_ms;
+    if (batch.logit_rows.size() > batch.seqs.size()) {  // k + 1 rows a sequence: a verify pass
+      phases_->verifies.push_back(phases_->target_forwards);
+      if (phases_->slow()) ms += phases_->slow_ms;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    ++phases_->target_forwards;
+    ForwardingRunner::forward(batch);
+  }
+
+ private:
+  Phases* phases_;
+};
+
+// The draft's greedy proposals, each one id off while the phases say so.
+class PhasedDraft final : public ForwardingRunner {
+ public:
+  PhasedDraft(std::unique_ptr<ModelRunner> inner, const Phases* phases)
+      : ForwardingRunner(std::move(inner)), phases_(phases) {}
+  void sample(std::span<const SampleRequest> r, std::span<int32_t> out) override {
+    ForwardingRunner::sample(r, out);
+    spoil(out);
+  }
+  void sample_wait(std::span<int32_t> out) override {
+    ForwardingRunner::sample_wait(out);
+    spoil(out);
+  }
+
+ private:
+  void spoil(std::span<int32_t> ids) const {
+    if (!phases_->spoiled()) return;
+    for (int32_t& id : ids) id = (id + 1) % int32_t(config().vocab_size);
+  }
+  const Phases* phases_;
+};
+
+}  // namespace
+
+TEST_CASE("with the gate shut and every draft off, the gate's probes propose: recovery is seen") {
+  // The gate shuts first (a verify pass costs 30 ms more), then the drafts go off (none agrees)
+  // on the gate's speculative probes, kProbeSteps steps kProbePeriod to kMaxProbePeriod apart,
+  // the only steps that speculate while it is shut. Those probes propose draft_min, so once the
+  // draft agrees again and verifying is cheap, speculation comes back within a gate period.
+  // (Were only ProbeSchedule's probes to propose, which count the steps the gate lets
+  // speculate, two a gate probe, the first proposal would come 437 steps after the heal here,
+  // ~8 gate probes in all.)
+  Phases phases;
+  phases.spoil_at = 20;
+  phases.heal_at = 300;
+  phases.step_ms = 4;
+  phases.slow_ms = 30;
+  EngineOptions o = self_draft(2, 1);
+  const std::vector<std::vector<int32_t>> prompts = {prompt_of(8, 1)};
+  const int max_tokens = 800;
+  const Run plain = [&] {
+    EngineOptions p = o;
+    p.draft_dir.clear();
+    return run_all(p, prompts, {max_tokens});
+  }();
+  auto engine = local_engine_with(
+      o,
+      [&](std::unique_ptr<ModelRunner> r) {
+        return std::unique_ptr<ModelRunner>(new PhasedTarget(std::move(r), &phases));
+      },
+      [&](std::unique_ptr<ModelRunner> r) {
+        return std::unique_ptr<ModelRunner>(new PhasedDraft(std::move(r), &phases));
+      });
+  Collector col;
+  REQUIRE(engine->submit(0, greedy(prompts[0], max_tokens), &col).ok());
+  engine->run_until_idle();
+  REQUIRE(col.results.at(0).finish);
+  CHECK(col.results.at(0).ids == plain.results.at(0).ids);
+  const std::string text = engine->metrics_text();
+  const std::string name = "\ntandem:spec_decode_num_gated_steps_total ";
+  const size_t at = text.find(name);
+  REQUIRE(at != std::string::npos);
+  // The scenario: by the heal the gate had shut (most steps gated) and the drafts were off.
+  CHECK(std::stod(text.substr(at + name.size())) > phases.heal_at / 2);
+  const auto after =
+      std::lower_bound(phases.verifies.begin(), phases.verifies.end(), phases.heal_at);
+  REQUIRE(after != phases.verifies.end());
+  CHECK(*after - phases.heal_at <= SpecGate::kMaxProbePeriod + SpecGate::kProbeSteps);
+  CHECK(col.results.at(0).finish->spec->accepted > 100);
 }
 
 TEST_CASE("steps in which a runner captured a graph feed neither the gate nor the cost model") {
