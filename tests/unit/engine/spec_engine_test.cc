@@ -466,6 +466,15 @@ TEST_CASE("a draft that keeps failing probes ever more rarely (ProbeSchedule), s
 
 namespace {
 
+// The steps the gate ran without drafts (tandem:spec_decode_num_gated_steps_total).
+double gated_steps(const Engine& engine) {
+  const std::string text = engine.metrics_text();
+  const std::string name = "\ntandem:spec_decode_num_gated_steps_total ";
+  const size_t at = text.find(name);
+  REQUIRE(at != std::string::npos);
+  return std::stod(text.substr(at + name.size()));
+}
+
 // One request in three phases, by the target's forward count: before `spoil_at` the draft (the
 // target itself) agrees, but a verify pass costs `slow_ms` more than a plain step, so the gate
 // shuts; until `heal_at` every proposal is also wrong, so the policy turns the drafts off; from
@@ -557,12 +566,8 @@ TEST_CASE("with the gate shut and every draft off, the gate's probes propose: re
   engine->run_until_idle();
   REQUIRE(col.results.at(0).finish);
   CHECK(col.results.at(0).ids == plain.results.at(0).ids);
-  const std::string text = engine->metrics_text();
-  const std::string name = "\ntandem:spec_decode_num_gated_steps_total ";
-  const size_t at = text.find(name);
-  REQUIRE(at != std::string::npos);
   // The scenario: by the heal the gate had shut (most steps gated) and the drafts were off.
-  CHECK(std::stod(text.substr(at + name.size())) > phases.heal_at / 2);
+  CHECK(gated_steps(*engine) > double(phases.heal_at) / 2);
   const auto after =
       std::lower_bound(phases.verifies.begin(), phases.verifies.end(), phases.heal_at);
   REQUIRE(after != phases.verifies.end());
@@ -583,11 +588,7 @@ TEST_CASE("steps in which a runner captured a graph feed neither the gate nor th
   engine->run_until_idle();
   REQUIRE(col.results.at(1).finish);
   CHECK(col.results.at(1).finish->timings.decode_steps > 128);
-  const std::string text = engine->metrics_text();
-  const std::string name = "\ntandem:spec_decode_num_gated_steps_total ";
-  const size_t at = text.find(name);
-  REQUIRE(at != std::string::npos);
-  CHECK(std::stod(text.substr(at + name.size())) == 1);
+  CHECK(gated_steps(*engine) == 1);
 }
 
 TEST_CASE("a draft's first rounds re-feed tokens up to its runner's graph bucket, same tokens") {
