@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <limits>
 #include <thread>
 
@@ -533,26 +534,33 @@ class PhasedDraft final : public ForwardingRunner {
 }  // namespace
 
 TEST_CASE("with the gate shut and every draft off, the gate's probes propose: recovery is seen") {
-  // The gate shuts first (a verify pass costs 30 ms more), then the drafts go off (none agrees)
-  // on the gate's speculative probes, kProbeSteps steps kProbePeriod to kMaxProbePeriod apart,
-  // the only steps that speculate while it is shut. Those probes propose draft_min, so once the
-  // draft agrees again and verifying is cheap, speculation comes back within a gate period.
+  // The gate shuts first (a verify pass costs six plain steps more), then the drafts go off (none
+  // agrees) on the gate's speculative probes, kProbeSteps steps kProbePeriod to kMaxProbePeriod
+  // apart, the only steps that speculate while it is shut. Those probes propose draft_min, so once
+  // the draft agrees again and verifying is cheap, speculation comes back within a gate period.
   // (Were only ProbeSchedule's probes to propose, which count the steps the gate lets
   // speculate, two a gate probe, the first proposal would come 437 steps after the heal here,
   // ~8 gate probes in all.)
-  Phases phases;
-  phases.spoil_at = 20;
-  phases.heal_at = 300;
-  phases.step_ms = 4;
-  phases.slow_ms = 30;
   EngineOptions o = self_draft(2, 1);
   const std::vector<std::vector<int32_t>> prompts = {prompt_of(8, 1)};
   const int max_tokens = 800;
+  const auto t0 = std::chrono::steady_clock::now();
   const Run plain = [&] {
     EngineOptions p = o;
     p.draft_dir.clear();
     return run_all(p, prompts, {max_tokens});
   }();
+  const double token_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() /
+      max_tokens;
+  // The sleeps outweigh the CPU work several times over (a sanitizer build's too), so that
+  // after the heal a speculative step of k = 1 (three rows of the vocabulary against one)
+  // costs less a token than a plain step, as on a GPU.
+  Phases phases;
+  phases.spoil_at = 20;
+  phases.heal_at = 300;
+  phases.step_ms = std::max<int64_t>(10, int64_t(std::ceil(6 * token_ms)));
+  phases.slow_ms = 6 * phases.step_ms;
   auto engine = local_engine_with(
       o,
       [&](std::unique_ptr<ModelRunner> r) {
