@@ -95,8 +95,8 @@ class ProbeSchedule {
 class DraftLengthPolicy {
  public:
   explicit DraftLengthPolicy(SpecConfig config) : config_(config) {}
-  // 0 = do not speculate this step; on a probe step (SpecDecoder's ProbeSchedule) a sequence
-  // whose drafts are off proposes draft_min.
+  // 0 = do not speculate this step; on a probe step (SpecDecoder's ProbeSchedule, or the shut
+  // gate's probe) a sequence whose drafts are off proposes draft_min.
   int32_t choose(const Sequence& seq, int32_t batch_size, bool probe = false) const;
   // One k for the batch: ks holds each sequence's choose(); every speculating sequence that is
   // not reproducible() then proposes the k in [draft_min, draft_max] that maximises the batch's
