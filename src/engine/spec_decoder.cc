@@ -260,7 +260,7 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
     // every sequence's drafts off it would otherwise propose nothing, and the gate, which sees
     // no speculative step, would stay shut on its old samples. ProbeSchedule counts only the
     // steps the gate lets speculate (two a gate probe): with the gate shut, its own probes came
-    // ~8 gate probes (up to ~2,000 steps) after the drafts would agree again.
+    // up to 64 gate probes apart (kMaxProbePeriod / kProbeSteps), each up to 256 steps apart.
     const bool scheduled = probes_.next_step();
     const bool probe = scheduled || (gate_shut && !pinned_ && policy_.config().fixed_k == 0);
     for (size_t i = 0; i < n; ++i) chosen[i] = policy_.choose(*seqs[i], int32_t(n), probe);
