@@ -235,8 +235,9 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
   // policy and the step is not observed.
   pinned_ = std::any_of(seqs.begin(), seqs.end(),
                         [](const Sequence* s) { return DraftLengthPolicy::reproducible(*s); });
-  const bool gate_shut = gate_.shut(int32_t(n));
-  const bool speculate = policy_.config().fixed_k > 0 || pinned_ || gate_.speculate(int32_t(n));
+  bool gate_probe = false;  // a speculative probe of the shut gate
+  const bool speculate =
+      policy_.config().fixed_k > 0 || pinned_ || gate_.speculate(int32_t(n), &gate_probe);
   gated_ = !speculate;
   last_max_catchup_ = 0;
   // Tokens of the catch-up forward and of the first draft round (which carries each proposing
@@ -262,7 +263,7 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
     // steps the gate lets speculate (two a gate probe): with the gate shut, its own probes came
     // up to 64 gate probes apart (kMaxProbePeriod / kProbeSteps), each up to 256 steps apart.
     const bool scheduled = probes_.next_step();
-    const bool probe = scheduled || (gate_shut && !pinned_ && policy_.config().fixed_k == 0);
+    const bool probe = scheduled || gate_probe;
     for (size_t i = 0; i < n; ++i) chosen[i] = policy_.choose(*seqs[i], int32_t(n), probe);
     policy_.share_k(seqs, chosen, probe);
     if (!probe && std::any_of(chosen.begin(), chosen.end(), [](int32_t k) { return k > 0; })) {

@@ -68,8 +68,9 @@ bool SpecGate::clear_win(const Bucket& b) {
          b.spec.per_token().ms <= b.plain.per_token().ms * kClearWin;
 }
 
-bool SpecGate::speculate(int32_t batch_size) {
+bool SpecGate::speculate(int32_t batch_size, bool* probe) {
   Bucket& b = buckets_[bucket_of(batch_size)];
+  if (probe != nullptr) *probe = false;
   const int64_t step = b.steps++;
   // Shut: plain steps, with speculative probes of kProbeSteps steps (spaced as the header says).
   // Open: speculative steps, with a plain probe every kProbePeriod (the first one after
@@ -85,7 +86,9 @@ bool SpecGate::speculate(int32_t batch_size) {
           promising ? kProbePeriod : std::min<int64_t>(2 * b.probe_period, kMaxProbePeriod);
       b.next_probe += b.probe_period;
     }
-    return step >= b.next_probe && step < b.next_probe + kProbeSteps;
+    const bool probing = step >= b.next_probe && step < b.next_probe + kProbeSteps;
+    if (probe != nullptr) *probe = probing;
+    return probing;
   }
   b.next_probe = -1;
   if (b.plain.observed == 0) return step != kMinSpecSteps;

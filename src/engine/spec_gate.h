@@ -53,8 +53,9 @@ class SpecGate {
   static constexpr int32_t kWindow = 8;  // recent steps per side
 
   // What a step of `batch_size` sequences runs: true = the draft policy's k per sequence,
-  // false = plain decoding (k = 0 for every sequence). Counts the step.
-  bool speculate(int32_t batch_size);
+  // false = plain decoding (k = 0 for every sequence). Counts the step. `probe`, when given, is
+  // set to whether the step is one of the shut gate's speculative probes.
+  bool speculate(int32_t batch_size, bool* probe = nullptr);
   // A finished step: whether any sequence proposed, its wall time and the tokens it emitted.
   void observe(int32_t batch_size, bool speculated, double step_ms, int64_t emitted);
   // Whether speculation is measured slower than plain decoding for this batch size.

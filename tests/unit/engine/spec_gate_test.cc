@@ -64,7 +64,10 @@ int shut_batch4(SpecGate& gate) {
 std::vector<int> probe_steps(SpecGate& gate, int first, int steps, int64_t spec_tokens) {
   std::vector<int> at;
   for (int i = 0; i < steps; ++i) {
-    const bool s = gate.speculate(4);
+    const bool shut = gate.shut(4);
+    bool probe = false;
+    const bool s = gate.speculate(4, &probe);
+    CHECK(probe == (shut && s));  // while shut, it speculates only on its probes
     if (s) at.push_back(first + i);
     gate.observe(4, s, s ? 12.0 : 4.0, s ? spec_tokens : 4);
   }
@@ -103,7 +106,9 @@ TEST_CASE(
   CHECK(starts.back() - starts[starts.size() - 2] == SpecGate::kMaxProbePeriod);
   // Other batch sizes keep their own measurements.
   CHECK_FALSE(gate.shut(1));
-  CHECK(gate.speculate(1));
+  bool probe = true;
+  CHECK(gate.speculate(1, &probe));
+  CHECK_FALSE(probe);  // open: a speculative step, not a probe
 }
 
 TEST_CASE("spec gate: a probe at the plain cost brings the next one a short period later") {
