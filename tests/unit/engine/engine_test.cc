@@ -21,6 +21,7 @@ namespace {
 using testing::check_pages_free;
 using testing::Collector;
 using testing::greedy;
+using testing::metric_of;
 using testing::prompt_of;
 
 std::string make_tiny(const char* name, uint64_t seed) {
@@ -470,11 +471,7 @@ TEST_CASE("sampled requests with a draft: a self-draft accepts every proposal, r
 namespace {
 
 uint64_t preemptions_of(const Engine& e) {
-  const std::string text = e.metrics_text();
-  const std::string name = "\ntandem:num_preemptions_total ";
-  const size_t at = text.find(name);
-  REQUIRE(at != std::string::npos);
-  return std::stoull(text.substr(at + name.size()));
+  return uint64_t(metric_of(e, "tandem:num_preemptions_total"));
 }
 
 GenerateInput sampled(std::vector<int32_t> prompt, int max_tokens, uint64_t seed) {

@@ -43,6 +43,15 @@ inline std::string make_tiny_model(const std::string& name, const std::string& p
   return d;
 }
 
+// The value of a counter or gauge without labels in the engine's metrics text.
+inline double metric_of(const Engine& engine, const std::string& name) {
+  const std::string text = engine.metrics_text();
+  const std::string key = "\n" + name + " ";
+  const size_t at = text.find(key);
+  REQUIRE_MESSAGE(at != std::string::npos, name);
+  return std::stod(text.substr(at + key.size()));
+}
+
 struct Collector final : EngineObserver {
   void on_tokens(TokenEvent ev) override {
     std::lock_guard lock(mu);

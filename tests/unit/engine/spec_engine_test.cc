@@ -467,13 +467,9 @@ TEST_CASE("a draft that keeps failing probes ever more rarely (ProbeSchedule), s
 
 namespace {
 
-// The steps the gate ran without drafts (tandem:spec_decode_num_gated_steps_total).
+// The steps the gate ran without drafts.
 double gated_steps(const Engine& engine) {
-  const std::string text = engine.metrics_text();
-  const std::string name = "\ntandem:spec_decode_num_gated_steps_total ";
-  const size_t at = text.find(name);
-  REQUIRE(at != std::string::npos);
-  return std::stod(text.substr(at + name.size()));
+  return metric_of(engine, "tandem:spec_decode_num_gated_steps_total");
 }
 
 // One request in three phases, by the target's forward count: before `spoil_at` the draft (the
