@@ -13,10 +13,7 @@ DisaggregatedEngine::DisaggregatedEngine(
     std::optional<ChatTemplate> chat_template, std::unique_ptr<ModelRunner> prefill_runner,
     std::unique_ptr<ModelRunner> decode_runner, std::unique_ptr<KvTransport> transport,
     std::optional<DraftModel> draft, std::unique_ptr<ModelRunner> prefill_draft_runner)
-    : options_(options),
-      model_(std::move(model)),
-      tokenizer_(std::move(tokenizer)),
-      chat_template_(std::move(chat_template)),
+    : EngineBase(options, std::move(model), std::move(tokenizer), std::move(chat_template), draft),
       prefill_runner_(std::move(prefill_runner)),
       decode_runner_(std::move(decode_runner)),
       transport_(std::move(transport)),
@@ -37,32 +34,21 @@ DisaggregatedEngine::DisaggregatedEngine(
                         &Sequence::pages,
                         make_scheduling_policy(options.scheduling_policy).value()) {
   TANDEM_CHECK(prefill_runner_->page_size() == decode_runner_->page_size());
-  max_model_len_ =
-      options.max_model_len > 0
-          ? options.max_model_len
-          : int32_t(std::min<int64_t>(model_.config.max_position_embeddings, INT32_MAX));
-  int32_t valid_vocab =
-      int32_t(std::min<int64_t>(model_.config.vocab_size, tokenizer_.vocab_size()));
   TANDEM_CHECK(draft_.has_value() == (prefill_draft_runner_ != nullptr));
   if (draft_) {
-    // Both models sample over the ids both can produce and the tokenizer knows.
-    valid_vocab = int32_t(std::min<int64_t>(valid_vocab, draft_->model->config.vocab_size));
     TANDEM_CHECK(prefill_draft_runner_->page_size() == page_size_ &&
                  draft_->runner->page_size() == page_size_);
-    prefill_draft_runner_->set_valid_vocab(valid_vocab);
-    draft_->runner->set_valid_vocab(valid_vocab);
+    prefill_draft_runner_->set_valid_vocab(valid_vocab_);
+    draft_->runner->set_valid_vocab(valid_vocab_);
     prefill_draft_pool_ = std::make_unique<PagePool>(prefill_draft_runner_->num_pages());
     prefill_draft_view_ = prefill_draft_runner_->kv_pool_view();
     decode_draft_view_ = draft_->runner->kv_pool_view();
-    SpecConfig config = draft_->config;
-    config.max_model_len = max_model_len_;
-    config.async_rounds = options.async_decode;
-    spec_ = std::make_unique<SpecDecoder>(*decode_runner_, *draft_->runner, *draft_->pool, config,
-                                          valid_vocab);
+    spec_ = std::make_unique<SpecDecoder>(*decode_runner_, *draft_->runner, *draft_->pool,
+                                          spec_config(*draft_), valid_vocab_);
     spec_->set_pool_mutex(&pool_mu_);
   }
-  prefill_runner_->set_valid_vocab(valid_vocab);
-  decode_runner_->set_valid_vocab(valid_vocab);
+  prefill_runner_->set_valid_vocab(valid_vocab_);
+  decode_runner_->set_valid_vocab(valid_vocab_);
   // The draft's prompt KV is computed beside the target's on the prefill stage; a cached target
   // prefix would leave it uncomputed there, so two stages with a draft run without the cache.
   if (options.prefix_caching && !draft_) {
@@ -631,15 +617,6 @@ void DisaggregatedEngine::start() {
   started_ = true;
   prefill_thread_ = std::thread([this] { stage_loop(true); });
   decode_thread_ = std::thread([this] { stage_loop(false); });
-}
-
-std::string DisaggregatedEngine::metrics_text() const {
-  return telemetry_.metrics_text(status());
-}
-
-std::string DisaggregatedEngine::trace_json(std::optional<uint64_t> request_id,
-                                            size_t last_n) const {
-  return telemetry_.trace_json(request_id, last_n);
 }
 
 void DisaggregatedEngine::run_until_idle() {

@@ -33,7 +33,7 @@
 
 #include "chat/chat_template.h"
 #include "engine/async_decode.h"
-#include "engine/engine.h"
+#include "engine/engine_base.h"
 #include "engine/prefix_cache.h"
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
@@ -47,7 +47,7 @@
 
 namespace tandem {
 
-class DisaggregatedEngine final : public Engine {
+class DisaggregatedEngine final : public EngineBase {
  public:
   DisaggregatedEngine(const EngineOptions& options, ModelDir model, Tokenizer tokenizer,
                       std::optional<ChatTemplate> chat_template,
@@ -64,19 +64,6 @@ class DisaggregatedEngine final : public Engine {
   void cancel(uint64_t request_id) override;
   EngineStatus status() const override;
   void run_until_idle() override;
-  std::string metrics_text() const override;
-  std::string trace_json(std::optional<uint64_t> request_id, size_t last_n) const override;
-  void add_trace_spans(uint64_t request_id, const std::vector<Span>& spans) override {
-    telemetry_.add_spans(request_id, spans);
-  }
-
-  const Tokenizer& tokenizer() const override { return tokenizer_; }
-  const ChatTemplate* chat_template() const override {
-    return chat_template_ ? &*chat_template_ : nullptr;
-  }
-  const ModelConfig& model_config() const override { return model_.config; }
-  const GenerationDefaults& generation_defaults() const override { return model_.generation; }
-
   KvTransport& transport() { return *transport_; }
   std::chrono::milliseconds ship_timeout{5000};
 
@@ -114,17 +101,12 @@ class DisaggregatedEngine final : public Engine {
   void stage_loop(bool prefill);
   bool has_work(bool prefill) const;  // callers hold mu_
 
-  EngineOptions options_;
-  ModelDir model_;
-  Tokenizer tokenizer_;
-  std::optional<ChatTemplate> chat_template_;
   std::unique_ptr<ModelRunner> prefill_runner_;
   std::unique_ptr<ModelRunner> decode_runner_;
   std::unique_ptr<KvTransport> transport_;
   std::string transport_name_;  // kv_ship spans point at it
   KvPoolView prefill_view_;
   KvPoolView decode_view_;
-  int32_t max_model_len_ = 0;
   int32_t page_size_ = 16;
   std::optional<PrefixCache> prefix_cache_;  // one hasher for both pools: their hashes agree
 
@@ -182,7 +164,6 @@ class DisaggregatedEngine final : public Engine {
   std::atomic<int32_t> prefill_draft_used_{0};
   std::atomic<int32_t> decode_draft_used_{0};
   std::atomic<int64_t> finished_count_{0};
-  mutable Telemetry telemetry_;
 };
 
 }  // namespace tandem

@@ -11,30 +11,17 @@ namespace tandem {
 LocalEngine::LocalEngine(const EngineOptions& options, ModelDir model, Tokenizer tokenizer,
                          std::optional<ChatTemplate> chat_template,
                          std::unique_ptr<ModelRunner> runner, std::optional<DraftModel> draft)
-    : options_(options),
-      model_(std::move(model)),
-      tokenizer_(std::move(tokenizer)),
-      chat_template_(std::move(chat_template)),
+    : EngineBase(options, std::move(model), std::move(tokenizer), std::move(chat_template), draft),
       runner_(std::move(runner)),
       draft_(std::move(draft)),
       pool_(runner_->num_pages()),
       scheduler_(SchedulerConfig{options.max_num_seqs, options.max_num_batched_tokens,
                                  options.prefill_chunk, runner_->page_size()},
                  &Sequence::pages, make_scheduling_policy(options.scheduling_policy).value()) {
-  max_model_len_ =
-      options.max_model_len > 0
-          ? options.max_model_len
-          : int32_t(std::min<int64_t>(model_.config.max_position_embeddings, INT32_MAX));
-  valid_vocab_ = int32_t(std::min<int64_t>(model_.config.vocab_size, tokenizer_.vocab_size()));
   if (draft_) {
-    // Both models sample over the ids both can produce and the tokenizer knows.
-    valid_vocab_ = int32_t(std::min<int64_t>(valid_vocab_, draft_->model->config.vocab_size));
     draft_->runner->set_valid_vocab(valid_vocab_);
-    SpecConfig config = draft_->config;
-    config.max_model_len = max_model_len_;
-    config.async_rounds = options.async_decode;
-    spec_ = std::make_unique<SpecDecoder>(*runner_, *draft_->runner, *draft_->pool, config,
-                                          valid_vocab_);
+    spec_ = std::make_unique<SpecDecoder>(*runner_, *draft_->runner, *draft_->pool,
+                                          spec_config(*draft_), valid_vocab_);
   }
   runner_->set_valid_vocab(valid_vocab_);
   if (options.async_decode) {
@@ -257,14 +244,6 @@ bool LocalEngine::async_eligible(std::span<const ScheduledSeq> plain,
                                  const SchedulePlan& plan) const {
   return async_ && plan.preempted.empty() && waiting_.empty() &&
          AsyncDecode::eligible(plain, running_.size(), spec_ != nullptr) && nothing_arrived();
-}
-
-std::string LocalEngine::metrics_text() const {
-  return telemetry_.metrics_text(status());
-}
-
-std::string LocalEngine::trace_json(std::optional<uint64_t> request_id, size_t last_n) const {
-  return telemetry_.trace_json(request_id, last_n);
 }
 
 void LocalEngine::run_speculative(std::span<Sequence* const> seqs) {

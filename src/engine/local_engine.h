@@ -16,7 +16,7 @@
 
 #include "chat/chat_template.h"
 #include "engine/async_decode.h"
-#include "engine/engine.h"
+#include "engine/engine_base.h"
 #include "engine/prefix_cache.h"
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
@@ -29,7 +29,7 @@
 
 namespace tandem {
 
-class LocalEngine final : public Engine {
+class LocalEngine final : public EngineBase {
  public:
   LocalEngine(const EngineOptions& options, ModelDir model, Tokenizer tokenizer,
               std::optional<ChatTemplate> chat_template, std::unique_ptr<ModelRunner> runner,
@@ -42,19 +42,6 @@ class LocalEngine final : public Engine {
   void cancel(uint64_t request_id) override;
   EngineStatus status() const override;
   void run_until_idle() override;
-  std::string metrics_text() const override;
-  std::string trace_json(std::optional<uint64_t> request_id, size_t last_n) const override;
-  void add_trace_spans(uint64_t request_id, const std::vector<Span>& spans) override {
-    telemetry_.add_spans(request_id, spans);
-  }
-
-  const Tokenizer& tokenizer() const override { return tokenizer_; }
-  const ChatTemplate* chat_template() const override {
-    return chat_template_ ? &*chat_template_ : nullptr;
-  }
-  const ModelConfig& model_config() const override { return model_.config; }
-  const GenerationDefaults& generation_defaults() const override { return model_.generation; }
-
   // One scheduling step; false when there was nothing to do.
   bool step();
 
@@ -73,15 +60,9 @@ class LocalEngine final : public Engine {
   bool nothing_arrived() const;
   Sequence* live(uint64_t id, int64_t arrival) const;
 
-  EngineOptions options_;
-  ModelDir model_;
-  Tokenizer tokenizer_;
-  std::optional<ChatTemplate> chat_template_;
   std::unique_ptr<ModelRunner> runner_;
   std::optional<DraftModel> draft_;
   std::unique_ptr<SpecDecoder> spec_;  // set when a draft model is loaded
-  int32_t max_model_len_ = 0;
-  int32_t valid_vocab_ = 0;
 
   // Owned by the worker (or by run_until_idle's caller).
   PagePool pool_;
@@ -109,7 +90,6 @@ class LocalEngine final : public Engine {
   std::atomic<int32_t> draft_used_pages_{0};
   std::atomic<int32_t> cached_pages_{0};
   std::atomic<int64_t> finished_count_{0};
-  mutable Telemetry telemetry_;
 };
 
 }  // namespace tandem
