@@ -1,7 +1,7 @@
 #include "engine/engine_base.h"
 
 #include <algorithm>
-#include <climits>
+#include <cstdint>
 
 namespace tandem {
 
