@@ -18,11 +18,13 @@ using namespace tandem;
 
 namespace {
 
+using testing::check_only_first_failed;
 using testing::check_pages_free;
 using testing::Collector;
 using testing::greedy;
 using testing::metric_of;
 using testing::prompt_of;
+using testing::ships_to_page_zero;
 
 std::string make_tiny(const char* name, uint64_t seed) {
   return testing::make_tiny_model(name, "tiny-qwen", seed);
@@ -227,21 +229,14 @@ TEST_CASE("a failed or stuck KV transfer fails only its request, with no pages l
     REQUIRE(local != nullptr);
     // Fail transfers that go to decode page 0, which only the first request gets.
     local->set_fault_hook([fault](const ShipOrder& order) -> std::optional<Error> {
-      for (const PageCopy& p : order.pages) {
-        if (p.dst == 0) return make_error(fault, "injected");
-      }
+      if (ships_to_page_zero(order)) return make_error(fault, "injected");
       return std::nullopt;
     });
     Collector col;
     REQUIRE(engine->submit(1, greedy(prompt_of(20, 1), 4), &col).ok());
     REQUIRE(engine->submit(2, greedy(prompt_of(20, 2), 4), &col).ok());
     engine->run_until_idle();
-    REQUIRE(col.results[1].finish);
-    CHECK(col.results[1].finish->reason == FinishReason::kError);
-    REQUIRE(col.results[1].finish->error);
-    CHECK(col.results[1].finish->error->code == fault);
-    REQUIRE(col.results[2].finish);
-    CHECK(col.results[2].finish->reason == FinishReason::kLength);
+    check_only_first_failed(col, fault);
     check_pages_free(*engine);
   }
 }

@@ -21,6 +21,7 @@
 #include "forwarding_runner.h"
 #include "model/mkmodel.h"
 #include "test_paths.h"
+#include "transport/kv_transport.h"
 
 namespace tandem::testing {
 
@@ -105,6 +106,26 @@ inline uint64_t metric(const Engine& e, const std::string& name) {
   }
   FAIL("no metric " << name);
   return 0;
+}
+
+// Whether a KV transfer writes decode page 0, which only a run's first request gets: the fault
+// hooks of the transfer-failure tests fail exactly those.
+inline bool ships_to_page_zero(const ShipOrder& order) {
+  for (const PageCopy& p : order.pages) {
+    if (p.dst == 0) return true;
+  }
+  return false;
+}
+
+// After a transfer fault `fault` hit request 1 of two: it finished with that error, and request 2
+// ran to its length.
+inline void check_only_first_failed(Collector& col, ErrorCode fault) {
+  REQUIRE(col.results[1].finish);
+  CHECK(col.results[1].finish->reason == FinishReason::kError);
+  REQUIRE(col.results[1].finish->error);
+  CHECK(col.results[1].finish->error->code == fault);
+  REQUIRE(col.results[2].finish);
+  CHECK(col.results[2].finish->reason == FinishReason::kLength);
 }
 
 inline void check_pages_free(const Engine& e) {
