@@ -23,11 +23,15 @@
 #include <nlohmann/json.hpp>
 
 #include "daemon/client.h"
+#include "unit/daemon/fake_requests.h"
 
 namespace tandem::daemon {
 namespace {
 
 using namespace std::chrono_literals;
+using testing::fake_tokens;
+using testing::ids_prompt;
+using testing::max_tokens;
 namespace fs = std::filesystem;
 
 std::string env_or_fail(const char* name) {
@@ -153,26 +157,6 @@ struct Daemon {
     return h.ok() && h->ok;
   }
 };
-
-PromptInput ids_prompt(std::vector<int32_t> ids) {
-  PromptInput p;
-  p.kind = PromptInput::Kind::kTokenIds;
-  p.token_ids = std::move(ids);
-  return p;
-}
-
-SamplingParams max_tokens(int32_t n) {
-  SamplingParams s;
-  s.max_tokens = n;
-  return s;
-}
-
-// The FakeEngine's output after `last`: token = (last + 7) % 1000.
-std::vector<int32_t> fake_tokens(int32_t last, int32_t n) {
-  std::vector<int32_t> out;
-  for (int i = 0; i < n; ++i) out.push_back(last = (last + 7) % 1000);
-  return out;
-}
 
 int used_pages(Client& c) {
   auto s = query_status(c);

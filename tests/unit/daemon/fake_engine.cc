@@ -186,7 +186,7 @@ void FakeEngine::step(std::unique_lock<std::mutex>& lock) {
     bool done = r.cancelled;
     FinishReason reason = FinishReason::kAbort;
     if (!done) {
-      const int32_t id = next_token(r.tokens.back());
+      const int32_t id = fake_next_token(r.tokens.back());
       r.tokens.push_back(id);
       TANDEM_CHECK(r.pages.reserve(pool_, int64_t(r.tokens.size()), options_.page_size),
                    "fake pool sized for every admitted request");

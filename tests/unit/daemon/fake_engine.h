@@ -12,6 +12,7 @@
 
 #include "daemon/server.h"
 #include "engine/engine.h"
+#include "fake_requests.h"
 #include "kv/page_pool.h"
 #include "model/config.h"
 
@@ -47,9 +48,6 @@ class FakeEngine final : public Engine {
   const ChatTemplate* chat_template() const override { return nullptr; }
   const ModelConfig& model_config() const override { return model_config_; }
   const GenerationDefaults& generation_defaults() const override { return defaults_; }
-
-  // The token that follows `last` in every fake output.
-  static int32_t next_token(int32_t last) { return (last + 7) % 1000; }
 
  private:
   struct Request {

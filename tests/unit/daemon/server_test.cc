@@ -16,6 +16,9 @@ namespace tandem::daemon {
 namespace {
 
 using namespace std::chrono_literals;
+using testing::fake_tokens;
+using testing::ids_prompt;
+using testing::max_tokens;
 
 // Runs for minutes at the test pace, and fits the fake pool (4096 pages of 16 tokens).
 constexpr int32_t kLongRequest = 50000;
@@ -63,25 +66,6 @@ class TestServer {
   std::string socket_;
 };
 
-PromptInput ids_prompt(std::vector<int32_t> ids) {
-  PromptInput p;
-  p.kind = PromptInput::Kind::kTokenIds;
-  p.token_ids = std::move(ids);
-  return p;
-}
-
-SamplingParams max_tokens(int32_t n) {
-  SamplingParams s;
-  s.max_tokens = n;
-  return s;
-}
-
-std::vector<int32_t> expected_tokens(int32_t last, int32_t n) {
-  std::vector<int32_t> out;
-  for (int i = 0; i < n; ++i) out.push_back(last = testing::FakeEngine::next_token(last));
-  return out;
-}
-
 // Polls status until no pages are used and nothing runs.
 bool pages_return_to_zero(Client& c) {
   for (int i = 0; i < 400; ++i) {
@@ -105,7 +89,7 @@ TEST_CASE("streamed and non-streamed generation return the engine's tokens") {
   auto r = generate(c, 1, ids_prompt({5, 6}), max_tokens(8), opts);
   REQUIRE(r.ok());
   CHECK(r->prompt_tokens == 2);
-  CHECK(r->ids == expected_tokens(6, 8));
+  CHECK(r->ids == fake_tokens(6, 8));
   CHECK(deltas.size() == 8);
   CHECK(r->finished.reason == FinishReason::kLength);
   CHECK(r->finished.usage.completion_tokens == 8);
@@ -238,7 +222,7 @@ TEST_CASE("a reader that stops reading gets coalesced tokens and slows nobody el
     }
     if (f->reply->body_type() == wire::ReplyBody::Finished) break;
   }
-  CHECK(ids == expected_tokens(1, n));
+  CHECK(ids == fake_tokens(1, n));
   CHECK(frames < n);
   CHECK(server.stop() == 0);
 }
