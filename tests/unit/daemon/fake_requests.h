@@ -12,7 +12,9 @@
 namespace tandem::testing {
 
 // The token that follows `last` in every FakeEngine output.
-inline int32_t fake_next_token(int32_t last) { return (last + 7) % 1000; }
+inline int32_t fake_next_token(int32_t last) {
+  return (last + 7) % 1000;
+}
 
 // The FakeEngine's n tokens after `last`.
 inline std::vector<int32_t> fake_tokens(int32_t last, int32_t n) {
