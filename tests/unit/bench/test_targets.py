@@ -38,10 +38,14 @@ def main():
         {"batch_size": 1, "spec": [
             {"mode": "adaptive", "token_acceptance": 0.91, "speedup": 2.9},
             {"mode": "adaptive", "token_acceptance": 0.77, "speedup": 2.0},
-            {"mode": "fixed", "token_acceptance": 0.77, "speedup": 2.5},
+            {"mode": "fixed", "k": 2, "mean_k": 2.0, "step_ms": 4.5, "token_acceptance": 0.77,
+             "speedup": 2.5},
+            {"mode": "fixed", "k": 4, "mean_k": 3.5, "step_ms": 5.0, "token_acceptance": 0.77,
+             "speedup": 2.4},
             {"mode": "adaptive", "token_acceptance": 0.5, "speedup": 1.3}]},
         {"batch_size": 64, "spec": [
             {"mode": "adaptive", "token_acceptance": 0.9, "speedup": 1.01},
+            {"mode": "fixed", "k": 8, "step_ms": 90.0, "token_acceptance": 0.9, "speedup": 0.5},
             {"mode": "adaptive", "token_acceptance": 0.5, "speedup": 0.97}]}]}
     write(f"{out}/spec/spec_D0.25.json", json.dumps(spec) + "\n")
 
@@ -62,6 +66,10 @@ def main():
     expect("awq_q7b_b1", None, None)
     expect("spec_b1", 2.0, False)          # the fixed k's 2.5 and the 0.5 run are not counted
     expect("spec_b64", 0.97, False)        # the slowest run decides
+    # k = 4 drafted 3.5 a step: 5.0 / (3.5 x 0.24 + 3.35) = 1.193 is the worst. Its nominal k would
+    # read 5.0 / 4.31 = 1.160, below k = 2's 4.5 / 3.83 = 1.175; batch 64's 90 ms is not counted.
+    want_step = max(4.5 / (2 * 0.24 + 3.35), 5.0 / (3.5 * 0.24 + 3.35))
+    expect("spec_step_b1", want_step, False)
     if len(rows["q7b_b1"]["runs"]) != 3:
         failures.append(f"q7b_b1 runs {rows['q7b_b1']['runs']}")
     for f in failures:
