@@ -58,6 +58,9 @@ struct SpecRun {
   // plain-routed adaptive run 4.944 between them; H200, NOTES.md v16).
   double speedup_bracketed = 0;
   bool outputs_match = false;  // greedy only (null in the JSON when sampled)
+  // CUDA graphs the runners captured during the timed steps (0 in a steady state; each capture
+  // costs milliseconds inside a step's time).
+  int64_t timed_captures = 0;
 };
 
 struct SpecBatchResult {

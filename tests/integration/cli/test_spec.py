@@ -99,6 +99,9 @@ class BenchSpecTest(unittest.TestCase):
                 self.assertGreaterEqual(s["verify_cost"], 0.0)
                 self.assertLessEqual(s["verify_cost"], 2.0)
                 self.assertEqual(s["plain_step_ms"] > 0, s["plain_steps"] > 0, s)
+                # Graphs captured inside the timed steps: none (the CPU runner captures none; on
+                # the CUDA runner each run's untimed pass meets its shapes first).
+                self.assertEqual(s["timed_captures"], 0)
 
 
     def test_bench_spec_async_decode_on_and_off_give_the_same_tokens(self):
