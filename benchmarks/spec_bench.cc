@@ -291,13 +291,14 @@ Result<std::vector<SpecBatchResult>> run_spec_bench(ModelRunner& target, ModelRu
     adaptive.async_rounds = o.async_decode;
     configs.push_back(adaptive);
     for (const SpecConfig& c : configs) {
-      // The CUDA runner captures a graph the first time it meets a shape, and a run can meet
-      // new ones after its first step: the adaptive run's k values the fixed runs did not take
-      // (3, 5-7 of --ks 1,2,4,8), a fixed run's shorter drafts near the output's end (k = 4
-      // drafted 3.87 a step) and its first rounds of one or two tokens. Inside the timed steps
-      // those captures took batch 1's adaptive step from 6.27 to 6.91 ms (1.81x against 2.01x;
-      // H200, NOTES.md v31). A server captures each shape once, so every run has one untimed
-      // pass first: the steady state is what is reported.
+      // The CUDA runner captures a graph the first time it meets a shape, and a run meets new
+      // ones after its first step: the adaptive run's k values the fixed runs did not take (3,
+      // 5-7 of --ks 1,2,4,8), and the decode attention's slice count, part of the graph key, as
+      // the contexts grow across its tiles (a fixed k = 8 run recaptured its verify every 6-7
+      // steps, 6.7-7.5 ms against 5.12 on an H100; NOTES.md v51). Inside the timed steps captures
+      // took batch 1's adaptive step from 6.27 to 6.91 ms (1.81x against 2.01x; H200, v31). A
+      // server captures each shape once, so every run has one untimed pass first: the steady state
+      // is what is reported.
       rewind(b, o.input_len);
       run_spec(target, draft, target_pool, draft_pool, b, c, o);
       rewind(b, o.input_len);
