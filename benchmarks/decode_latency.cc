@@ -3,6 +3,7 @@
 // from one host pattern per tensor shape. Speed only; correctness is the gpu suite's job.
 //
 //   bench_decode_latency --preset qwen2.5-7b --input-len 128 --output-len 128 --batch-size 1
+//                        (presets: qwen2.5-7b, llama-3.1-8b, qwen2.5-0.5b, llama-3.2-1b)
 //                        [--graphs 0] [--sampling greedy|qwen|llama] [--device-timing 1]
 //                        [--quantization fp8] [--query-len N]
 // prints one JSON object (benchmarks/latency.h): TTFT, TPOT, tok/s and MBU.
@@ -24,11 +25,6 @@
 using namespace tandem;
 
 namespace {
-
-struct Preset {
-  const char* name;
-  ModelConfig config;
-};
 
 ModelConfig shape(int64_t hidden, int64_t inter, int64_t layers, int64_t heads, int64_t kv,
                   int64_t vocab, bool bias, bool tied) {
@@ -153,6 +149,8 @@ int main(int argc, char** argv) {
     c = shape(4096, 14336, 32, 32, 8, 128256, false, false);
   else if (preset == "qwen2.5-0.5b")
     c = shape(896, 4864, 24, 14, 2, 151936, true, true);
+  else if (preset == "llama-3.2-1b")  // the 8B's draft (its llama3 RoPE scaling costs nothing here)
+    c = shape(2048, 8192, 16, 32, 8, 128256, false, true);
   else {
     std::fprintf(stderr, "unknown preset %s\n", preset.c_str());
     return 2;
