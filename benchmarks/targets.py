@@ -73,7 +73,7 @@ def spec_rows(out):
                     by_batch.setdefault(b["batch_size"], []).append(
                         (s["token_acceptance"], s["speedup"], os.path.basename(path)))
                 elif b["batch_size"] == 1 and "step_ms" in s:
-                    # mean_k: the k a step really drafted (clipped near the context limit).
+                    # mean_k: the k a step really drafted (fewer near the output's end).
                     k = s.get("mean_k", s["k"])
                     floor = k * DRAFT_FLOOR_MS + VERIFY_FLOOR_MS
                     steps.append((s["step_ms"] / floor, s["k"], os.path.basename(path)))
