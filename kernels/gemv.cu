@@ -236,14 +236,16 @@ int gemv_row_parts(int32_t n) {
   // TANDEM_GEMV_SPLIT=1|2|4 forces the parts of every matrix of up to 8,192 rows, for sweeps.
   static const int forced = env_choice("TANDEM_GEMV_SPLIT", {1, 2, 4}, 0);
   if (forced != 0) return n <= 8192 ? forced : 1;
-  // Split while the warps of a row's parts fill fewer than 20 an SM: on 132 SMs four parts for
-  // the 0.5B's o, down and q|k|v (896-1,152 rows; q|k|v in 4 parts, not 2: 0.5159 -> 0.5136 ms
-  // a step, its 2-token step 0.689 -> 0.677; H100, NOTES.md v56), two for a 1B's o and down
-  // (2,048), never a 7B's or an 8B's Linears, where two parts measured slower (7B batch 1 3.76
-  // -> 3.91 ms; H200, v22).
+  // Split while the warps of a row's parts fill fewer than 24 an SM. On 132 SMs:
+  //   - four parts for the 0.5B's o, down and q|k|v (896-1,152 rows; q|k|v in 4 parts, not 2:
+  //     0.5159 -> 0.5136 ms a step, its 2-token step 0.689 -> 0.677; H100, NOTES.md v56);
+  //   - two for a 1B's o, down and q|k|v (2,048-3,072 rows; q|k|v in 2, not 1: 0.9704 -> 0.9571
+  //     ms, forced, H100, v56; 4 parts for all three: 0.9875);
+  //   - never a 7B's or an 8B's Linears (3,584 rows and up), where two parts measured slower (7B
+  //     batch 1 3.76 -> 3.91 ms; H200, v22).
   const int sms = multiprocessors();
   int parts = 1;
-  while (parts < 4 && int64_t(n) * parts < 20 * int64_t(sms)) parts *= 2;
+  while (parts < 4 && int64_t(n) * parts < 24 * int64_t(sms)) parts *= 2;
   return parts;
 }
 
