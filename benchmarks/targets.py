@@ -55,14 +55,16 @@ def latency_rows(out):
     return rows
 
 
-# #5's floors at batch 1 (ms): a draft step of Qwen2.5-0.5B, a verify pass of Qwen2.5-7B.
+# #5's floors at batch 1 (ms): a draft step of Qwen2.5-0.5B, a verify pass of Qwen2.5-7B; a
+# speculative step may take STEP_TARGET x (k x draft floor + verify floor).
 DRAFT_FLOOR_MS = 0.24
 VERIFY_FLOOR_MS = 3.35
+STEP_TARGET = 1.15
 
 
 def spec_rows(out):
     """#5: batch 1 at token acceptance >= 0.75 (adaptive) >= 2.2x; batch 64 never below 1.0x; a
-    speculative step at batch 1 and a fixed k within 1.15 x (k x draft floor + verify floor)."""
+    speculative step at batch 1 and a fixed k within STEP_TARGET x its floors."""
     by_batch = {}
     steps = []  # (step / its floor, k, file) of batch 1's fixed-k runs
     for path in sorted(glob.glob(os.path.join(out, "spec", "spec_D*.json"))):
@@ -80,11 +82,12 @@ def spec_rows(out):
     rows = []
     worst_step = max(steps) if steps else None
     rows.append({"issue": 5, "case": "spec_step_b1", "unit": "x floor",
-                 "what": "spec step, batch 1, fixed k, / (k x 0.24 + 3.35 ms) (its worst k)",
-                 "metric": "step_ms", "target": 1.15, "sense": "max",
+                 "what": f"spec step, batch 1, fixed k, / (k x {DRAFT_FLOOR_MS} + "
+                         f"{VERIFY_FLOOR_MS} ms) (its worst k)",
+                 "metric": "step_ms", "target": STEP_TARGET, "sense": "max",
                  "runs": [list(r) for r in steps],
                  "median": worst_step[0] if worst_step else None,
-                 "met": None if worst_step is None else worst_step[0] <= 1.15})
+                 "met": None if worst_step is None else worst_step[0] <= STEP_TARGET})
     high = [r for r in by_batch.get(1, []) if r[0] >= 0.75]
     worst_high = min(high) if high else None  # the lowest acceptance that is still >= 0.75
     rows.append({"issue": 5, "case": "spec_b1", "unit": "x",
