@@ -126,26 +126,17 @@ EngineStatus DisaggregatedEngine::status() const {
   // Landed requests the decode stage has not admitted yet wait too.
   s.waiting = waiting_count_.load() + decode_waiting_count_.load();
   s.finished = finished_count_.load();
-  auto pool = [](const char* name, ModelRunner& r, int32_t used, int32_t cached) {
-    PoolStatus p;
-    p.name = name;
-    p.device = r.device();
-    p.page_size = r.page_size();
-    p.total_pages = r.num_pages();
-    p.used_pages = used;
-    p.cached_pages = cached;
-    p.page_bytes = r.memory_plan().kv_bytes / std::max<int32_t>(1, r.num_pages());
-    return p;
-  };
+  s.pools.push_back(pool_status("target.prefill", *prefill_runner_, prefill_used_.load(),
+                                prefill_cached_.load()));
   s.pools.push_back(
-      pool("target.prefill", *prefill_runner_, prefill_used_.load(), prefill_cached_.load()));
-  s.pools.push_back(pool("target", *decode_runner_, decode_used_.load(), decode_cached_.load()));
+      pool_status("target", *decode_runner_, decode_used_.load(), decode_cached_.load()));
   s.memory = memory_report(
       {{"target", "prefill", prefill_runner_.get()}, {"target", "decode", decode_runner_.get()}},
       options_, max_model_len_);
   if (draft_) {
-    s.pools.push_back(pool("draft.prefill", *prefill_draft_runner_, prefill_draft_used_.load(), 0));
-    s.pools.push_back(pool("draft", *draft_->runner, decode_draft_used_.load(), 0));
+    s.pools.push_back(
+        pool_status("draft.prefill", *prefill_draft_runner_, prefill_draft_used_.load(), 0));
+    s.pools.push_back(pool_status("draft", *draft_->runner, decode_draft_used_.load(), 0));
   }
   return s;
 }

@@ -23,6 +23,19 @@ EngineBase::EngineBase(const EngineOptions& options, ModelDir model, Tokenizer t
   }
 }
 
+PoolStatus EngineBase::pool_status(const char* name, const ModelRunner& runner, int32_t used,
+                                   int32_t cached) {
+  PoolStatus p;
+  p.name = name;
+  p.device = runner.device();
+  p.page_size = runner.page_size();
+  p.total_pages = runner.num_pages();
+  p.used_pages = used;
+  p.cached_pages = cached;
+  p.page_bytes = runner.memory_plan().kv_page_bytes;
+  return p;
+}
+
 SpecConfig EngineBase::spec_config(const DraftModel& draft) const {
   SpecConfig config = draft.config;
   config.max_model_len = max_model_len_;

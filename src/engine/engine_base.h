@@ -44,6 +44,12 @@ class EngineBase : public Engine {
   // rounds when --async-decode is on.
   SpecConfig spec_config(const DraftModel& draft) const;
 
+  // One KV pool's line of status(): `used` pages referenced by requests, `cached` free ones
+  // holding a cached prefix. page_bytes is the runner's own page size (K and V, all layers), not
+  // its pool's measured allocation over its pages (the CUDA runner's includes rounding).
+  static PoolStatus pool_status(const char* name, const ModelRunner& runner, int32_t used,
+                                int32_t cached);
+
   EngineOptions options_;
   ModelDir model_;
   Tokenizer tokenizer_;

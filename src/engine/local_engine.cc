@@ -87,25 +87,10 @@ EngineStatus LocalEngine::status() const {
     s.waiting += int32_t(inbox_.size());
   }
   s.finished = finished_count_.load();
-  PoolStatus pool;
-  pool.name = "target";
-  pool.device = runner_->device();
-  pool.page_size = runner_->page_size();
-  pool.total_pages = runner_->num_pages();
-  pool.used_pages = used_pages_.load();
-  pool.cached_pages = cached_pages_.load();
-  pool.page_bytes = runner_->memory_plan().kv_bytes / std::max<int32_t>(1, runner_->num_pages());
-  s.pools.push_back(pool);
+  s.pools.push_back(pool_status("target", *runner_, used_pages_.load(), cached_pages_.load()));
   std::vector<RunnerRole> roles = {{"target", "", runner_.get()}};
   if (draft_) {
-    PoolStatus d;
-    d.name = "draft";
-    d.device = draft_->runner->device();
-    d.page_size = draft_->runner->page_size();
-    d.total_pages = draft_->runner->num_pages();
-    d.used_pages = draft_used_pages_.load();
-    d.page_bytes = draft_->runner->memory_plan().kv_page_bytes;
-    s.pools.push_back(d);
+    s.pools.push_back(pool_status("draft", *draft_->runner, draft_used_pages_.load(), 0));
     roles.push_back({"draft", "", draft_->runner.get()});
   }
   s.memory = memory_report(roles, options_, max_model_len_);

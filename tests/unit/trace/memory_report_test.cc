@@ -56,7 +56,11 @@ TEST_CASE("CPU: target and draft parts + other == the process size; --kv-pages s
   CHECK(s.pools[0].total_pages == 40);
   CHECK(find(d, "weights (target)"));
   CHECK(find(d, "weights (draft)"));
-  CHECK(find(d, "kv pool (draft)"));
+  const MemoryPart* draft_kv = find(d, "kv pool (draft)");
+  REQUIRE(draft_kv);
+  CHECK(s.pools[1].name == "draft");
+  CHECK(draft_kv->bytes == int64_t(s.pools[1].total_pages) * s.pools[1].page_bytes);
+  CHECK(s.pools[1].used_pages == 0);
   int kv_settings = 0, context_settings = 0;
   for (const SettingEffect& e : d.settings) {
     if (e.setting == "--kv-pages") {
