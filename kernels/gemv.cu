@@ -239,8 +239,8 @@ int gemv_row_parts(int32_t n) {
   // Split while the warps of a row's parts fill fewer than 24 an SM. On 132 SMs:
   //   - four parts for the 0.5B's o, down and q|k|v (896-1,152 rows; q|k|v in 4 parts, not 2:
   //     0.5159 -> 0.5136 ms a step, its 2-token step 0.689 -> 0.677; H100, NOTES.md v56);
-  //   - two for a 1B's o, down and q|k|v (2,048-3,072 rows; q|k|v in 2, not 1: 0.9704 -> 0.9571
-  //     ms, forced, H100, v56; 4 parts for all three: 0.9875);
+  //   - two for a 1B's o, down and q|k|v (2,048-3,072 rows; q|k|v in 2, not 1: 0.9718 -> 0.9534
+  //     ms a step in this rule's own build, H100, v57; 4 parts for all three, forced: 0.9875, v56);
   //   - never a 7B's or an 8B's Linears (3,584 rows and up), where two parts measured slower (7B
   //     batch 1 3.76 -> 3.91 ms; H200, v22).
   const int sms = multiprocessors();
