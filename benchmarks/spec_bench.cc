@@ -260,8 +260,13 @@ Result<std::vector<SpecBatchResult>> run_spec_bench(ModelRunner& target, ModelRu
   if (o.valid_vocab <= 0) {
     o.valid_vocab = int32_t(std::min(target.config().vocab_size, draft.config().vocab_size));
   }
+  if (o.draft_vocab < 0 || o.draft_vocab > o.valid_vocab) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "bench spec: --draft-vocab " + std::to_string(o.draft_vocab) +
+                          ": must be between 0 (all) and " + std::to_string(o.valid_vocab));
+  }
   target.set_valid_vocab(o.valid_vocab);
-  draft.set_valid_vocab(o.valid_vocab);
+  draft.set_valid_vocab(o.draft_vocab > 0 ? o.draft_vocab : o.valid_vocab);
   std::vector<SpecBatchResult> results;
   for (int32_t batch : o.batch_sizes) {
     PagePool target_pool(target.num_pages()), draft_pool(draft.num_pages());
@@ -331,6 +336,7 @@ std::string spec_bench_json(const SpecBenchOptions& o, const std::vector<SpecBat
   j["output_len"] = o.output_len;
   j["temperature"] = o.temperature;
   j["async_decode"] = o.async_decode;
+  j["draft_vocab"] = o.draft_vocab;
   j["results"] = nlohmann::ordered_json::array();
   for (const SpecBatchResult& r : results) {
     nlohmann::ordered_json b;

@@ -22,7 +22,8 @@ struct SpecBenchOptions {
   std::vector<int32_t> ks = {1, 2, 4, 8};  // fixed draft lengths; the adaptive run uses max(ks)
   int32_t spec_max_batch = 32;             // the adaptive policy's --spec-max-batch
   int32_t valid_vocab = 0;                 // ids both models sample over
-  int32_t max_forward_tokens = 0;          // the runners' max_batch_tokens (0: no limit)
+  int32_t draft_vocab = 0;  // of them, those the draft scores (the engines' --draft-vocab; 0 = all)
+  int32_t max_forward_tokens = 0;  // the runners' max_batch_tokens (0: no limit)
   // 0: greedy (every speculative run must reproduce the plain run's tokens). > 0: sampled at
   // this temperature, unseeded generators fixed per sequence: the rejection rule runs, and the
   // tokens differ from the plain run's (the distributions are equal), so no comparison is made.

@@ -37,6 +37,7 @@ std::vector<Setting> settings_of(DaemonConfig& c) {
       {"spec", &e.spec, "Speculative decoding with the draft model"},
       {"draft_max", &e.draft_max, "Most tokens the draft proposes per step"},
       {"draft_min", &e.draft_min, "Fewest tokens proposed when speculating at all"},
+      {"draft_vocab", &e.draft_vocab, "The draft proposes only ids below this; 0 = all"},
       {"spec_max_batch", &e.spec_max_batch, "No speculation above this decode batch"},
       {"prefix_caching", &e.prefix_caching,
        "Share the KV pages of cached prompt prefixes (on|off)"},

@@ -266,13 +266,13 @@ void launch_gemv(const __nv_bfloat16* x, const __nv_bfloat16* w, int32_t m, int3
 
 void launch_gemv_argmax(const __nv_bfloat16* x, const __nv_bfloat16* w, int32_t m, int32_t n,
                         int32_t k, float* y, const GemvArgmax& argmax, cudaStream_t stream,
-                        bool pdl) {
+                        bool pdl, int32_t ldy) {
   if (m < 1 || m > kGemvMaxTokens || k % 8 != 0 || argmax.scratch == nullptr ||
       argmax.out == nullptr || argmax.valid < 1) {
     std::fprintf(stderr, "gemv_argmax: unsupported m=%d k=%d valid=%d\n", m, k, argmax.valid);
     std::abort();
   }
-  launch_tokens<float, false, true>(m, x, w, n, k, n, y, pdl, stream, argmax);
+  launch_tokens<float, false, true>(m, x, w, n, k, ldy > 0 ? ldy : n, y, pdl, stream, argmax);
   pdl::launch(pdl, gemv_argmax_finish_kernel, 1, 32, 0, stream, argmax, m);
   TANDEM_CUDA_CHECK_LAUNCH();
 }

@@ -66,12 +66,13 @@ struct GemvArgmax {
 };
 inline constexpr size_t kGemvArgmaxScratchBytes = 256;
 
-// launch_gemv into fp32 y (ldy = n) with the greedy ids of its m rows (GemvArgmax).
+// launch_gemv into fp32 y with the greedy ids of its m rows (GemvArgmax).
 void launch_gemv_argmax(const __nv_bfloat16* x,  // [m, k] in
                         const __nv_bfloat16* w,  // [n, k] in
                         int32_t m, int32_t n, int32_t k,
-                        float* y,  // [m, n] out
-                        const GemvArgmax& argmax, cudaStream_t stream, bool pdl = false);
+                        float* y,  // [m, ldy] out
+                        const GemvArgmax& argmax, cudaStream_t stream, bool pdl = false,
+                        int32_t ldy = 0);  // 0: ldy = n
 
 // o_proj and down_proj for decode: residual[t, r] += bf16(Σ_k x[t, k] · w[r, k]), the residual
 // add of launch_add_rmsnorm (fp32, of the bf16-rounded projection) in the GEMV's epilogue. Each

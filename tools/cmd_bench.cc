@@ -38,6 +38,9 @@ void register_bench_spec(CLI::App* bench, int& exit_code) {
       ->delimiter(',');
   cmd->add_option("--spec-max-batch", f->opts.spec_max_batch, "The adaptive run's limit")
       ->capture_default_str();
+  cmd->add_option("--draft-vocab", f->opts.draft_vocab,
+                  "The draft scores and proposes only ids below this (0 = all)")
+      ->capture_default_str();
   cmd->add_option("--temperature", f->opts.temperature,
                   "0 = greedy; > 0 = sampled (the rejection rule, no token comparison)")
       ->capture_default_str()

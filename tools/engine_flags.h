@@ -43,6 +43,9 @@ inline void add_engine_flags(CLI::App* cmd, EngineFlags& f) {
       ->capture_default_str();
   cmd->add_option("--draft-min", f.options.draft_min, "Fewest draft tokens when speculating")
       ->capture_default_str();
+  cmd->add_option("--draft-vocab", f.options.draft_vocab,
+                  "The draft scores and proposes only ids below this (0 = all); lossless")
+      ->capture_default_str();
   cmd->add_option("--spec-max-batch", f.options.spec_max_batch,
                   "No speculation when more sequences than this run (their plain step runs)")
       ->capture_default_str();

@@ -38,8 +38,8 @@ DisaggregatedEngine::DisaggregatedEngine(
   if (draft_) {
     TANDEM_CHECK(prefill_draft_runner_->page_size() == page_size_ &&
                  draft_->runner->page_size() == page_size_);
-    prefill_draft_runner_->set_valid_vocab(valid_vocab_);
-    draft_->runner->set_valid_vocab(valid_vocab_);
+    prefill_draft_runner_->set_valid_vocab(draft_vocab_);
+    draft_->runner->set_valid_vocab(draft_vocab_);
     prefill_draft_pool_ = std::make_unique<PagePool>(prefill_draft_runner_->num_pages());
     prefill_draft_view_ = prefill_draft_runner_->kv_pool_view();
     decode_draft_view_ = draft_->runner->kv_pool_view();

@@ -29,6 +29,10 @@ const char* finish_reason_name(FinishReason r) {
 
 namespace {
 
+Error out_of_range(const std::string& flag, const std::string& value, const std::string& range) {
+  return make_error(ErrorCode::kInvalidArgument, flag + " " + value + ": must be " + range);
+}
+
 // The draft runs on the decode device with its own KV pool; its tokenizer must be the target's
 // (same ids for the same bytes). Embedding rows may differ (Qwen2.5-0.5B pads to 151,936 rows,
 // Qwen2.5-7B to 152,064): sampling is limited to the ids both models and the tokenizer know.
@@ -55,6 +59,13 @@ Result<DraftModel> load_draft(const EngineOptions& options, const RunnerOptions&
                             "vocabulary");
     }
   }
+  const int64_t known = std::min<int64_t>(dt.vocab_size(), d.model->config.vocab_size);
+  if (options.draft_vocab > known) {
+    return out_of_range("--draft-vocab", std::to_string(options.draft_vocab),
+                        "between 1 and " + std::to_string(known) +
+                            " (the ids the draft and its tokenizer know; 0 = all)");
+  }
+  d.vocab_cap = options.draft_vocab;
   TANDEM_ASSIGN_OR_RETURN(d.runner, make_runner(*d.model, target_ro));
   d.pool = std::make_unique<PagePool>(d.runner->num_pages());
   d.config.enabled = options.spec;
@@ -65,10 +76,6 @@ Result<DraftModel> load_draft(const EngineOptions& options, const RunnerOptions&
   d.config.max_batch = std::min(options.spec_max_batch, options.max_num_seqs);
   d.config.max_forward_tokens = target_ro.max_batch_tokens;
   return d;
-}
-
-Error out_of_range(const std::string& flag, const std::string& value, const std::string& range) {
-  return make_error(ErrorCode::kInvalidArgument, flag + " " + value + ": must be " + range);
 }
 
 // What a configuration may ask, checked before anything loads so that each error names its flag.
@@ -107,6 +114,9 @@ Status check_limits(const EngineOptions& o) {
   if (o.draft_max < 1 || o.draft_min < 1 || o.draft_min > o.draft_max) {
     return make_error(ErrorCode::kInvalidArgument,
                       "--draft-min and --draft-max must satisfy 1 <= min <= max");
+  }
+  if (o.draft_vocab < 0) {  // the upper bound is the draft's vocabulary (load_draft)
+    return out_of_range("--draft-vocab", std::to_string(o.draft_vocab), ">= 0 (0 = all ids)");
   }
   if (o.draft_max > kMaxDraftTokens) {
     return out_of_range("--draft-max", std::to_string(o.draft_max),

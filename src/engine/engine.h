@@ -55,9 +55,13 @@ struct EngineOptions {
   // Admission order and preemption victims (engine/scheduling_policy.h): "fcfs".
   std::string scheduling_policy = "fcfs";
   // Speculative decoding (with draft_dir).
-  bool spec = true;             // --spec on|off
-  int32_t draft_max = 8;        // --draft-max: most tokens proposed per step
-  int32_t draft_min = 1;        // --draft-min: fewest, when speculating at all
+  bool spec = true;       // --spec on|off
+  int32_t draft_max = 8;  // --draft-max: most tokens proposed per step
+  int32_t draft_min = 1;  // --draft-min: fewest, when speculating at all
+  // --draft-vocab: the draft scores (and proposes) only ids below this, 0 = every id. Its
+  // lm_head is its largest read (Qwen2.5-0.5B: 272 MB of ~1 GB a draft token); a BPE
+  // vocabulary's frequent tokens have low ids. Lossless either way (docs/speculative.md).
+  int32_t draft_vocab = 0;
   int32_t spec_max_batch = 32;  // --spec-max-batch: no speculation above this batch
 };
 

@@ -57,6 +57,9 @@ class EngineBase : public Engine {
   int32_t max_model_len_ = 0;  // --max-model-len, else the model's max_position_embeddings
   // The ids every model can produce and the tokenizer knows: what sampling ranges over.
   int32_t valid_vocab_ = 0;
+  // Of them, those the draft scores and proposes (--draft-vocab; valid_vocab_ without a cap).
+  // The spec decoder still compares rows of valid_vocab_ ids: the draft's are 0 past the cap.
+  int32_t draft_vocab_ = 0;
   mutable Telemetry telemetry_;
 };
 

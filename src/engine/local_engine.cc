@@ -19,7 +19,7 @@ LocalEngine::LocalEngine(const EngineOptions& options, ModelDir model, Tokenizer
                                  options.prefill_chunk, runner_->page_size()},
                  &Sequence::pages, make_scheduling_policy(options.scheduling_policy).value()) {
   if (draft_) {
-    draft_->runner->set_valid_vocab(valid_vocab_);
+    draft_->runner->set_valid_vocab(draft_vocab_);
     spec_ = std::make_unique<SpecDecoder>(*runner_, *draft_->runner, *draft_->pool,
                                           spec_config(*draft_), valid_vocab_);
   }

@@ -128,7 +128,10 @@ class ModelRunner {
   virtual std::string pci_bus_id() const { return {}; }
   virtual int32_t page_size() const = 0;
   virtual int32_t num_pages() const = 0;
-  // Tokens the sampler may produce: min(model rows, tokenizer vocabulary); set by the engine.
+  // Tokens the sampler may produce: min(model rows, tokenizer vocabulary), or fewer for a draft
+  // with a capped vocabulary (--draft-vocab); set by the engine before the first forward. The
+  // lm_head scores only these ids (its first rows): the others' logits read -inf
+  // (copy_logits) and their probabilities 0 (probs), whatever the width asked.
   virtual void set_valid_vocab(int32_t valid_vocab) = 0;
   // Thread-safe: an engine's status() calls it from other threads while forward() runs.
   virtual MemoryPlan memory_plan() const = 0;

@@ -622,6 +622,105 @@ TEST_CASE("CUDA runner: the lm_head's own argmax (greedy_next) gives the argmax 
   }
 }
 
+TEST_CASE("CUDA runner: a capped valid vocabulary scores only its ids, on every lm_head path") {
+  // A draft's --draft-vocab: the lm_head reads only the first `cap` rows, at the logits' full
+  // row stride. One and two logit rows take the GEMV, five the skinny GEMM, twelve cuBLASLt, and
+  // a promised greedy decode step the GEMV's own argmax, replayed from a graph captured before
+  // the cap (the cap is part of the graph's key). Against the same runner uncapped: the first
+  // `cap` logits within rounding (the GEMV's row split depends on the row count), -inf past
+  // them, greedy and drawn tokens below the cap, and probability rows of the full width 0 past it.
+  TinyModel m = make_tiny(64);
+  const int32_t V = int32_t(m.config.vocab_size);
+  constexpr int32_t kCap = 137;
+  auto full_made = CudaRunner::create(m.config, m.weights, tiny_options());
+  auto cap_made = CudaRunner::create(m.config, m.weights, tiny_options());
+  REQUIRE(full_made.ok());
+  REQUIRE(cap_made.ok());
+  CudaRunner& full = **full_made;
+  CudaRunner& capped = **cap_made;
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 30; ++i) prompt.push_back((i * 37 + 11) % 290);
+  const std::vector<int32_t> pages = {1, 2};
+  ResolvedSampling greedy, hot;
+  greedy.temperature = 0.0f;
+  hot.temperature = 1.5f;
+
+  // A promised greedy decode step, its graph captured before the cap is set.
+  auto decode_token = [&](CudaRunner& r) {
+    const std::vector<int32_t> tok = {prompt.back()};
+    const SeqSlice d{0, 1, 31, pages};
+    const std::vector<int32_t> row = {0};
+    ForwardBatch b{tok, std::span(&d, 1), row};
+    b.greedy_next = true;
+    r.forward(b);
+    const std::vector<SampleRequest> req = {SampleRequest{0, &greedy, {}, {}, nullptr}};
+    r.sample_async(req);
+    std::vector<int32_t> out(1, -1);
+    r.sample_wait(out);
+    std::vector<float> logits(static_cast<size_t>(V));
+    r.copy_logits(logits);
+    return std::make_pair(out[0], logits);
+  };
+  const SeqSlice whole{0, 30, 30, pages};
+  full.forward(ForwardBatch{prompt, std::span(&whole, 1), std::vector<int32_t>{29}});
+  capped.forward(ForwardBatch{prompt, std::span(&whole, 1), std::vector<int32_t>{29}});
+  const auto [full_id, full_logits] = decode_token(full);
+  decode_token(capped);  // uncapped: captures the step's graph
+  capped.set_valid_vocab(kCap);
+  const auto [cap_id, cap_logits] = decode_token(capped);
+  const std::vector<float> head(full_logits.begin(), full_logits.begin() + kCap);
+  CHECK(cap_id == int32_t(argmax(head, size_t(kCap))));
+  CHECK(full_id == int32_t(argmax(full_logits, size_t(V))));
+
+  for (int32_t L : {1, 2, 5, 12}) {
+    CAPTURE(L);
+    std::vector<int32_t> rows;
+    for (int32_t i = 0; i < L; ++i) rows.push_back(29 - i);
+    std::vector<float> want(size_t(L * V)), got(size_t(L * V));
+    full.forward(ForwardBatch{prompt, std::span(&whole, 1), rows});
+    full.copy_logits(want);
+    capped.forward(ForwardBatch{prompt, std::span(&whole, 1), rows});
+    capped.copy_logits(got);
+    double worst = 0, scale = 0;
+    int64_t tail_not_inf = 0;
+    for (int32_t r = 0; r < L; ++r) {
+      for (int32_t i = 0; i < V; ++i) {
+        const float g = got[size_t(r * V + i)], w = want[size_t(r * V + i)];
+        if (i < kCap) {
+          worst = std::max(worst, double(std::fabs(g - w)));
+          scale = std::max(scale, double(std::fabs(w)));
+        } else {
+          tail_not_inf += !(std::isinf(g) && g < 0);
+        }
+      }
+    }
+    CHECK(worst <= 1e-5 * scale);
+    CHECK(tail_not_inf == 0);
+
+    std::vector<SampleRequest> reqs;
+    std::vector<SamplingRng> rngs;
+    for (int32_t r = 0; r < L; ++r) rngs.push_back({uint64_t(r) + 3, 0});
+    for (int32_t r = 0; r < L; ++r) reqs.push_back({r, &greedy, {}, {}, nullptr});
+    std::vector<int32_t> ids(size_t(L), -1);
+    capped.sample(reqs, ids);
+    for (int32_t r = 0; r < L; ++r) {
+      const std::vector<float> row(got.begin() + r * V, got.begin() + r * V + kCap);
+      CHECK(ids[size_t(r)] == int32_t(argmax(row, size_t(kCap))));
+    }
+    for (int32_t r = 0; r < L; ++r) reqs[size_t(r)] = {r, &hot, {}, {}, &rngs[size_t(r)]};
+    std::vector<float> probs(size_t(L * V), NAN);
+    std::vector<int32_t> draws(size_t(L), -1);
+    capped.probs(reqs, V, probs, draws);
+    int64_t tail_nonzero = 0;
+    for (int32_t r = 0; r < L; ++r) {
+      CHECK(draws[size_t(r)] >= 0);
+      CHECK(draws[size_t(r)] < kCap);
+      for (int32_t i = kCap; i < V; ++i) tail_nonzero += probs[size_t(r * V + i)] != 0.0f;
+    }
+    CHECK(tail_nonzero == 0);
+  }
+}
+
 TEST_CASE("CUDA runner: an absent device is an error, not a crash") {
   TinyModel m = make_tiny();
   RunnerOptions opts;

@@ -162,13 +162,13 @@ int prob_mismatches(const Case& c, int vocab, int width, int rows, uint32_t seed
                                  row.ban, nullptr});
   }
   std::vector<float> got(size_t(rows) * size_t(width), NAN);
-  sampler.probs(device.dev, width, reqs, got, {}, device.stream);
+  sampler.probs(device.dev, width, width, reqs, got, {}, device.stream);
   // Again with the draws: the same rows, bit for bit, and each row's token.
   for (int r = 0; r < rows; ++r) reqs[size_t(r)].rng = &state[size_t(r)].rng;
   const std::vector<Row> ref = state;  // the reference draws from copies of the generators
   std::vector<float> got_drawn(got.size(), NAN);
   std::vector<int32_t> drawn(static_cast<size_t>(rows), -7);
-  sampler.probs(device.dev, width, reqs, got_drawn, drawn, device.stream);
+  sampler.probs(device.dev, width, width, reqs, got_drawn, drawn, device.stream);
   int bad = 0;
   if (std::memcmp(got.data(), got_drawn.data(), got.size() * 4) != 0) {
     ++bad;

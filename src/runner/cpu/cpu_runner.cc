@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include "core/check.h"
 #include "model/quant_tensors.h"
@@ -167,7 +168,28 @@ void CpuRunner::forward(const ForwardBatch& batch) {
     std::copy_n(&x_[size_t(batch.logit_rows[size_t(i)] * hidden)], hidden,
                 &rows[size_t(i * hidden)]);
   rms_norm(rows.data(), num_logits_, hidden, *weights_.final_norm, c.rms_norm_eps, rows.data());
-  linear(pool_, rows.data(), num_logits_, *weights_.lm_head, nullptr, logits_.data());
+  lm_head(rows.data());
+}
+
+void CpuRunner::lm_head(const float* rows) {
+  const int64_t vocab = config_.vocab_size;
+  const int64_t scored = valid_vocab_;
+  if (scored == vocab) {
+    linear(pool_, rows, num_logits_, *weights_.lm_head, nullptr, logits_.data());
+    return;
+  }
+  // Only the ids the sampler may give are scored (the lm_head's first rows: a padded
+  // vocabulary, or a draft's capped one); the others read -inf, as no sampler can pick them.
+  TensorView head = *weights_.lm_head;
+  head.shape[0] = scored;
+  head.nbytes = size_t(scored) * size_t(head.shape[1]) * dtype_size(head.dtype);
+  std::vector<float> scores(size_t(num_logits_ * scored));  // [num_logits, scored]
+  linear(pool_, rows, num_logits_, head, nullptr, scores.data());
+  for (int64_t i = 0; i < num_logits_; ++i) {
+    float* row = &logits_[size_t(i * vocab)];
+    std::copy_n(&scores[size_t(i * scored)], scored, row);
+    std::fill(row + scored, row + vocab, -std::numeric_limits<float>::infinity());
+  }
 }
 
 void CpuRunner::run_layer(int64_t layer, const ForwardBatch& batch,
@@ -246,7 +268,8 @@ void CpuRunner::probs(std::span<const SampleRequest> requests, int32_t width, st
     for (int64_t i = begin; i < end; ++i) {
       const SampleRequest& r = requests[size_t(i)];
       std::copy_n(&logits_[size_t(r.logit_index) * size_t(vocab)], width, row.data());
-      apply_logits_processors(row, *r.params, r.history, r.suppress, width);
+      // Ids from valid_vocab_ on were not scored: 0 in every row.
+      apply_logits_processors(row, *r.params, r.history, r.suppress, std::min(width, valid_vocab_));
       logits_to_probs(row, *r.params, out.subspan(size_t(i) * size_t(width), size_t(width)));
     }
   });

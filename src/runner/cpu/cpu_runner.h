@@ -49,6 +49,9 @@ class CpuRunner final : public ModelRunner {
  private:
   void check_batch(const ForwardBatch& batch) const;
   void run_layer(int64_t layer, const ForwardBatch& batch, const std::vector<int32_t>& positions);
+  // logits_ [num_logits_, vocab] of `rows` [num_logits_, hidden] (normed): ids below
+  // valid_vocab_ scored, the others -inf.
+  void lm_head(const float* rows);
 
   const ModelConfig config_;  // config.quant is what runs (load-time fp8 included)
   ModelWeights weights_;      // pointers into the WeightStore's tensor map or fp8_copy_

@@ -375,6 +375,17 @@ CudaRunner::~CudaRunner() {
   }
 }
 
+void CudaRunner::set_valid_vocab(int32_t valid_vocab) {
+  TANDEM_CHECK(valid_vocab > 0 && valid_vocab <= config_.vocab_size,
+               "valid_vocab %d outside (0, %lld]", valid_vocab, (long long)config_.vocab_size);
+  if (valid_vocab == valid_vocab_) return;
+  TANDEM_CUDA_CHECK(cudaSetDevice(device_));
+  valid_vocab_ = valid_vocab;
+  // The lm_head's cuBLASLt shape (more than 8 logit rows) now has valid_vocab rows: its
+  // algorithm search before the first request, as create() ran it for the full vocabulary.
+  gemm_->prepare(max_logits_, valid_vocab, int32_t(config_.hidden_size), true);
+}
+
 void CudaRunner::forward(const ForwardBatch& batch) {
   // Stages drive runners from their own threads, and two runners may sit on two devices.
   TANDEM_CUDA_CHECK(cudaSetDevice(device_));
@@ -506,9 +517,9 @@ void CudaRunner::forward(const ForwardBatch& batch) {
   };
 
   if (use_graphs_ && ((decode_only && T <= kMaxGraphBatch) || small_q)) {
-    const int32_t argmax = lm_argmax_ ? 2 * valid_ids() + async_next_ : -1;
-    const auto key =
-        std::make_tuple(T, L, decode_slices_, decode_only, logits_in_place_, b, argmax);
+    const int32_t argmax = lm_argmax_ ? async_next_ : -1;
+    const auto key = std::make_tuple(T, L, decode_slices_, decode_only, logits_in_place_, b, argmax,
+                                     valid_ids());
     cudaGraphExec_t exec = nullptr;
     if (const cudaGraphExec_t* held = graphs_.find(key)) {
       exec = *held;
@@ -693,22 +704,24 @@ void CudaRunner::run_model(int32_t T, int32_t L) {
   // layers' Linears, not cuBLASLt, which does not overlap (NOTES.md v42: the verify's remaining
   // seam). H100 (NOTES.md v48, x2 alternated, device span): 7B 5-token step 5.081 / 5.087 ->
   // 5.067 / 5.070 ms, 0.5B 3-token 0.751 / 0.755 -> 0.744 / 0.744.
+  // Only the first valid_ids() rows are scored: no sampler reads the others (a padded
+  // vocabulary's rows, or a draft's capped vocabulary, set_valid_vocab), and their columns of
+  // logits_ ([L, vocab_size]) are left as they were.
+  const int32_t V = int32_t(c.vocab_size);
+  const int32_t N = valid_ids();
   if (lm_argmax_) {  // L <= kGemvMaxTokens
     // Greedy ids for the promised sample_async(), where its argmax would write them.
-    const kernels::GemvArgmax argmax{lm_argmax_scratch_.ptr(), valid_ids(),
-                                     async_ids_dev_.as<int32_t>(),
+    const kernels::GemvArgmax argmax{lm_argmax_scratch_.ptr(), N, async_ids_dev_.as<int32_t>(),
                                      async_ids_host_[async_next_].device_ptr<int32_t>()};
-    kernels::launch_gemv_argmax(picked, weights_.lm_head(), L, int32_t(c.vocab_size), H,
-                                logits_.as<float>(), argmax, stream_, pdl);
+    kernels::launch_gemv_argmax(picked, weights_.lm_head(), L, N, H, logits_.as<float>(), argmax,
+                                stream_, pdl, V);
   } else if (L <= kernels::kGemvMaxTokens) {
-    kernels::launch_gemv(picked, weights_.lm_head(), L, int32_t(c.vocab_size), H, logits_.ptr(),
-                         true, stream_, 0, pdl);
+    kernels::launch_gemv(picked, weights_.lm_head(), L, N, H, logits_.ptr(), true, stream_, V, pdl);
   } else if (L <= 8) {  // where skinny_gemm_wins holds at any vocabulary
-    kernels::launch_skinny_gemm(picked, weights_.lm_head(), L, int32_t(c.vocab_size), H,
-                                logits_.ptr(), /*out_f32=*/true, stream_, 0, -1, pdl);
+    kernels::launch_skinny_gemm(picked, weights_.lm_head(), L, N, H, logits_.ptr(),
+                                /*out_f32=*/true, stream_, V, -1, pdl);
   } else {
-    gemm_->run(picked, weights_.lm_head(), L, int32_t(c.vocab_size), H, logits_.ptr(), true,
-               stream_);
+    gemm_->run(picked, weights_.lm_head(), L, N, H, logits_.ptr(), true, stream_, V);
   }
 }
 
@@ -962,7 +975,7 @@ void CudaRunner::probs(std::span<const SampleRequest> requests, int32_t width, s
   for (const SampleRequest& r : requests) {
     TANDEM_CHECK(r.logit_index >= 0 && r.logit_index < num_logits_ && r.params != nullptr);
   }
-  sampler_.probs(logits_.as<float>(), width, requests, out, draws, stream_);
+  sampler_.probs(logits_.as<float>(), width, valid_ids(), requests, out, draws, stream_);
 }
 
 ProbRows CudaRunner::make_prob_rows(int32_t rows, int32_t width) const {
@@ -1012,8 +1025,8 @@ void CudaRunner::probs_into(std::span<const SampleRequest> requests, ProbRows& r
   for (const SampleRequest& r : requests) {
     TANDEM_CHECK(r.logit_index >= 0 && r.logit_index < num_logits_ && r.params != nullptr);
   }
-  sampler_.probs_on_device(logits_.as<float>(), rows.width(), requests, rows.row(first_slot), draws,
-                           stream_);
+  sampler_.probs_on_device(logits_.as<float>(), rows.width(), valid_ids(), requests,
+                           rows.row(first_slot), draws, stream_);
 }
 
 void CudaRunner::accept_sampled(std::span<const SampledDrafts> seqs, const ProbRows& draft_rows,
@@ -1033,6 +1046,11 @@ void CudaRunner::copy_logits(std::span<float> out) {
   TANDEM_CUDA_CHECK(
       cudaMemcpyAsync(out.data(), logits_.ptr(), n * 4, cudaMemcpyDeviceToHost, stream_));
   TANDEM_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  // The lm_head scored only ids below valid_ids(); the others read -inf, as on the CPU runner.
+  const size_t V = size_t(config_.vocab_size);
+  for (size_t row = 0; row < size_t(num_logits_); ++row)
+    std::fill(out.begin() + ptrdiff_t(row * V + size_t(valid_ids())),
+              out.begin() + ptrdiff_t((row + 1) * V), -std::numeric_limits<float>::infinity());
 }
 
 KvPoolView CudaRunner::kv_pool_view() {

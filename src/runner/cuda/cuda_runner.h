@@ -41,7 +41,7 @@ class CudaRunner final : public ModelRunner {
   std::string pci_bus_id() const override;
   int32_t page_size() const override { return page_size_; }
   int32_t num_pages() const override { return num_pages_; }
-  void set_valid_vocab(int32_t valid_vocab) override { valid_vocab_ = valid_vocab; }
+  void set_valid_vocab(int32_t valid_vocab) override;
   // Thread-safe: the graph figures grow on the worker thread as batch shapes are captured.
   MemoryPlan memory_plan() const override {
     MemoryPlan p = plan_;
@@ -242,10 +242,10 @@ class CudaRunner final : public ModelRunner {
   DeviceAcceptance acceptance_;
   int32_t num_logits_ = 0;
 
-  // tokens, logits, splits, one query token a sequence, logits in place, metadata copy, and the
-  // lm_head's argmax (-1 none, else 2 * valid_ids() + async_next_: both are in the graph's
-  // launch); at most RunnerOptions::max_graphs of them (set in create)
-  using GraphKey = std::tuple<int32_t, int32_t, int32_t, bool, bool, int32_t, int32_t>;
+  // tokens, logits, splits, one query token a sequence, logits in place, metadata copy, the
+  // lm_head's argmax (-1 none, else async_next_, whose buffer is in the graph's launch) and the
+  // ids it scores (valid_ids()); at most RunnerOptions::max_graphs of them (set in create)
+  using GraphKey = std::tuple<int32_t, int32_t, int32_t, bool, bool, int32_t, int32_t, int32_t>;
   LruMap<GraphKey, cudaGraphExec_t> graphs_{1};
 };
 

@@ -198,27 +198,30 @@ void DeviceSampler::launch_waves(const float* logits, int32_t valid_vocab, int32
   }
 }
 
-void DeviceSampler::probs(const float* logits, int32_t width,
+void DeviceSampler::probs(const float* logits, int32_t width, int32_t valid_vocab,
                           std::span<const SampleRequest> requests, std::span<float> out,
                           std::span<int32_t> draws, cudaStream_t stream) {
   TANDEM_CHECK(out.size() >= requests.size() * size_t(width), "%zu floats for %zu rows of %d",
                out.size(), requests.size(), width);
-  run_probs(logits, width, requests, nullptr, out.data(), draws, stream);
+  run_probs(logits, width, valid_vocab, requests, nullptr, out.data(), draws, stream);
 }
 
-void DeviceSampler::probs_on_device(const float* logits, int32_t width,
+void DeviceSampler::probs_on_device(const float* logits, int32_t width, int32_t valid_vocab,
                                     std::span<const SampleRequest> requests, float* rows,
                                     std::span<int32_t> draws, cudaStream_t stream) {
-  run_probs(logits, width, requests, rows, nullptr, draws, stream);
+  run_probs(logits, width, valid_vocab, requests, rows, nullptr, draws, stream);
 }
 
-void DeviceSampler::run_probs(const float* logits, int32_t width,
+void DeviceSampler::run_probs(const float* logits, int32_t width, int32_t valid_vocab,
                               std::span<const SampleRequest> requests, float* device_rows,
                               float* host_rows, std::span<int32_t> draws, cudaStream_t stream) {
   const int32_t n = int32_t(requests.size());
   if (n == 0) return;
   TANDEM_CHECK(width >= 1 && width <= vocab_, "probability rows of %d ids, logits of %lld", width,
                static_cast<long long>(vocab_));
+  // The ids the kernels process; the rest of each row is zeroed after them.
+  const int32_t valid = std::min(width, valid_vocab);
+  TANDEM_CHECK(valid >= 1, "probability rows with %d valid ids", valid);
   const bool draw = !draws.empty();
   TANDEM_CHECK(!draw || draws.size() >= size_t(n), "%zu draws for %d rows", draws.size(), n);
   for (int32_t i = 0; i < n; ++i) {
@@ -235,16 +238,20 @@ void DeviceSampler::run_probs(const float* logits, int32_t width,
     const auto* params = params_.as<kernels::SampleRowParams>() + w;
     float* dst =
         device_rows != nullptr ? device_rows + size_t(w) * size_t(width) : probs_.as<float>();
-    if (wave_is_wide(w, rows, width)) {
+    if (wave_is_wide(w, rows, valid)) {
       kernels::launch_sample_rows_wide(
-          logits, int32_t(vocab_), width, params, adjust_.as<kernels::LogitAdjust>(), rows,
+          logits, int32_t(vocab_), valid, params, adjust_.as<kernels::LogitAdjust>(), rows,
           scratch_.as<float>(), wide_.ptr(), ids_.as<int32_t>() + w, dst, width, draw, stream);
     } else {
-      const kernels::RowPrefilter pre = prefilter(logits, width, params, rows, stream);
-      kernels::launch_probs_rows(logits, int32_t(vocab_), width, params,
+      const kernels::RowPrefilter pre = prefilter(logits, valid, params, rows, stream);
+      kernels::launch_probs_rows(logits, int32_t(vocab_), valid, params,
                                  adjust_.as<kernels::LogitAdjust>(), rows, scratch_.as<float>(),
                                  ids_.as<int32_t>() + w, dst, width, draw, stream,
                                  pre.max_value != nullptr ? &pre : nullptr);
+    }
+    if (valid < width) {  // zeros (all-zero bytes) for the ids no kernel wrote
+      TANDEM_CUDA_CHECK(cudaMemset2DAsync(dst + valid, size_t(width) * 4, 0,
+                                          size_t(width - valid) * 4, size_t(rows), stream));
     }
     if (device_rows == nullptr) {
       TANDEM_CUDA_CHECK(cudaMemcpyAsync(host_rows + size_t(w) * size_t(width), dst,

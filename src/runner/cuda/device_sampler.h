@@ -37,15 +37,18 @@ class DeviceSampler {
                         int32_t* out, const int32_t* fed_ids, cudaStream_t stream);
 
   // The rows' probabilities over ids [0, width) (launch_probs_rows) into out [requests, width]
-  // on the host: the processing sample() runs. With `draws` ([requests] or empty: none), each
-  // row's token is also drawn from them on the device, one uniform from request.rng as
-  // sample() takes it. Returns once they have landed.
-  void probs(const float* logits, int32_t width, std::span<const SampleRequest> requests,
-             std::span<float> out, std::span<int32_t> draws, cudaStream_t stream);
+  // on the host: the processing sample() runs over ids [0, valid_vocab), and ids [valid_vocab,
+  // width) get 0 (a draft with a capped vocabulary against the target's width). With `draws`
+  // ([requests] or empty: none), each row's token is also drawn from them on the device, one
+  // uniform from request.rng as sample() takes it. Returns once they have landed.
+  void probs(const float* logits, int32_t width, int32_t valid_vocab,
+             std::span<const SampleRequest> requests, std::span<float> out,
+             std::span<int32_t> draws, cudaStream_t stream);
   // The same rows into `rows` [requests, width] of device memory (slots of a ProbRows), where
   // they stay: only the draws (or status) come back. Returns once the draws have landed.
-  void probs_on_device(const float* logits, int32_t width, std::span<const SampleRequest> requests,
-                       float* rows, std::span<int32_t> draws, cudaStream_t stream);
+  void probs_on_device(const float* logits, int32_t width, int32_t valid_vocab,
+                       std::span<const SampleRequest> requests, float* rows,
+                       std::span<int32_t> draws, cudaStream_t stream);
 
   // Every row on the one-block kernel alone (no wide form, no wide prefilter; tests compare).
   void set_one_block_only(bool on) { force_one_block_ = on; }
@@ -53,9 +56,9 @@ class DeviceSampler {
  private:
   // probs() and probs_on_device(): the rows land in device_rows when it is not null, else in
   // probs_ a wave at a time and then in host_rows.
-  void run_probs(const float* logits, int32_t width, std::span<const SampleRequest> requests,
-                 float* device_rows, float* host_rows, std::span<int32_t> draws,
-                 cudaStream_t stream);
+  void run_probs(const float* logits, int32_t width, int32_t valid_vocab,
+                 std::span<const SampleRequest> requests, float* device_rows, float* host_rows,
+                 std::span<int32_t> draws, cudaStream_t stream);
   // The one-block kernel's passes over whole rows spread over many blocks
   // (kernels::launch_wide_prefilter) for a wave of uploaded rows; none (its max_value null) when
   // every row is forced onto one block.

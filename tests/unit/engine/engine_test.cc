@@ -3,6 +3,7 @@
 // greedy output, and every page must come back.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <mutex>
@@ -266,6 +267,42 @@ TEST_CASE("speculative decoding never changes greedy tokens, for every k and a m
   }
 }
 
+TEST_CASE("a draft with a capped vocabulary (--draft-vocab) keeps the target-only tokens") {
+  const std::vector<int> lens = {5, 17, 33};
+  const int max_tokens = 12;
+  const auto want = reference(lens, max_tokens);
+  // A cap at the median of the target's tokens: the target as its own draft then proposes
+  // wrongly wherever the target's token lies past the cap, and must be rejected there.
+  std::vector<int32_t> ids;
+  for (const auto& [id, out] : want) ids.insert(ids.end(), out.begin(), out.end());
+  std::sort(ids.begin(), ids.end());
+  const int32_t cap = ids[ids.size() / 2];
+  REQUIRE(ids.front() < cap);
+  struct Case {
+    int k;
+    bool async;
+    const char* prefill;
+    const char* decode;
+  };
+  for (const Case& c : {Case{1, true, "cpu", "cpu"}, Case{4, true, "cpu", "cpu"},
+                        Case{4, false, "cpu", "cpu"}, Case{8, true, "cpu:0", "cpu:1"}}) {
+    CAPTURE(c.k);
+    CAPTURE(c.async);
+    CAPTURE(c.decode);
+    EngineOptions o = spec_options(tiny_model(), c.k);
+    o.draft_vocab = cap;
+    o.async_decode = c.async;
+    o.prefill_device = c.prefill;
+    o.decode_device = c.decode;
+    auto engine = make_engine(o);
+    const auto [proposed, accepted] = run_greedy_spec(*engine, lens, max_tokens, want);
+    CHECK(proposed > 0);
+    CHECK(accepted < proposed);
+    CHECK(accepted > 0);
+    check_pages_free(*engine);
+  }
+}
+
 TEST_CASE(
     "penalised greedy requests with a draft: the target-only tokens, rounds pipelined or not") {
   // A presence penalty pushes each step away from the tokens already generated, so every
@@ -427,9 +464,9 @@ TEST_CASE("sampled requests with a draft: a self-draft accepts every proposal, r
       GenerateInput in = greedy(prompt_of(9 + 7 * i, i), 10);
       // Few candidates and a strong penalty: a history one token short on either side would
       // leave that token's probability in play there and reject a third of the proposals.
-      in.sampling.presence_penalty = 2.0f;
+      in.sampling.temperature = 0.8f;
       in.sampling.top_k = 3;
-      in.sampling.presence_penalty = 2.0f;
+      in.sampling.top_p = 0.95f;
       in.sampling.presence_penalty = 2.0f;
       in.sampling.ignore_eos = false;
       in.sampling.min_tokens = 6;  // eos banned for 6 tokens, on the draft's rows and the target's
@@ -570,6 +607,13 @@ TEST_CASE("settings past their limits are refused at start, naming the flag") {
       {"--draft-max", [](EngineOptions& o) { o.draft_max = kMaxDraftTokens + 1; },
        ErrorCode::kInvalidArgument},
       {"--draft-min", [](EngineOptions& o) { o.draft_min = 9; }, ErrorCode::kInvalidArgument},
+      {"--draft-vocab", [](EngineOptions& o) { o.draft_vocab = -1; }, ErrorCode::kInvalidArgument},
+      {"--draft-vocab",  // more ids than the draft's tokenizer has
+       [](EngineOptions& o) {
+         o.draft_dir = tiny_model();
+         o.draft_vocab = 10'000'000;
+       },
+       ErrorCode::kInvalidArgument},
       {"--max-num-seqs", [](EngineOptions& o) { o.max_num_seqs = kMaxNumSeqs + 1; },
        ErrorCode::kInvalidArgument},
       {"--gpu-memory-utilization", [](EngineOptions& o) { o.gpu_memory_utilization = 5; },

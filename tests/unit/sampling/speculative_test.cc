@@ -19,6 +19,10 @@ constexpr int32_t kVocab = 8;
 // Target and draft disagree a lot (acceptance rate 0.55), so a wrong rejection path shows.
 const std::vector<float> kTarget = {0.30f, 0.20f, 0.15f, 0.10f, 0.10f, 0.05f, 0.05f, 0.05f};
 const std::vector<float> kDraft = {0.05f, 0.05f, 0.10f, 0.10f, 0.15f, 0.15f, 0.20f, 0.20f};
+// kDraft with a capped vocabulary (--draft-vocab 5): ids 5-7, which the target gives 0.15,
+// are never proposed, and the residual must give them all of their mass.
+const std::vector<float> kCappedDraft = {0.05f / 0.45f, 0.05f / 0.45f, 0.10f / 0.45f, 0.10f / 0.45f,
+                                         0.15f / 0.45f, 0.0f,          0.0f,          0.0f};
 // A second target row for position 1.
 const std::vector<float> kTarget1 = {0.05f, 0.05f, 0.05f, 0.05f, 0.10f, 0.10f, 0.20f, 0.40f};
 
@@ -40,16 +44,16 @@ struct Counts {
   std::vector<int64_t> second = std::vector<int64_t>(kVocab, 0);  // second, when emitted
 };
 
-// k = 2 drafts drawn from kDraft (their own stream), verified against rows kTarget, kTarget1
+// k = 2 drafts drawn from `draft` (their own stream), verified against rows kTarget, kTarget1
 // and a bonus row, over fixed seeds.
-Counts run_trials(int trials, ResidualFn residual) {
-  const std::vector<float> draft_probs = rows({&kDraft, &kDraft});
+Counts run_trials(int trials, ResidualFn residual, const std::vector<float>& draft = kDraft) {
+  const std::vector<float> draft_probs = rows({&draft, &draft});
   const std::vector<float> target_probs = rows({&kTarget, &kTarget1, &kTarget});
   Counts c;
   for (int s = 0; s < trials; ++s) {
     SamplingRng draft_rng{uint64_t(s) + 1000000, 0};
-    const std::vector<int32_t> drafts = {sample_from_probs(kDraft, draft_rng.next_uniform()),
-                                         sample_from_probs(kDraft, draft_rng.next_uniform())};
+    const std::vector<int32_t> drafts = {sample_from_probs(draft, draft_rng.next_uniform()),
+                                         sample_from_probs(draft, draft_rng.next_uniform())};
     SamplingRng rng{uint64_t(s), 0};
     const SpeculativeResult r =
         accept_sampled(drafts, draft_probs, target_probs, kVocab, rng, residual);
@@ -183,6 +187,23 @@ TEST_CASE("speculative sampling emits tokens with the target's distribution (chi
   const double two_sample = chi_square_two_sample(c.first, target_only);
   INFO("two-sample chi-square " << two_sample);
   CHECK(two_sample < kChiSquare7Dof999);
+}
+
+TEST_CASE("a draft with a capped vocabulary keeps the target's distribution (chi-square)") {
+  const Counts c = run_trials(20000, residual_distribution, kCappedDraft);
+  for (const int64_t n : {c.first[5], c.first[6], c.first[7]}) CHECK(n > 0);
+  const double first = chi_square(c.first, to_double(kTarget));
+  const double second = chi_square(c.second, to_double(kTarget1));
+  INFO("chi-square first " << first << ", second " << second);
+  CHECK(first < kChiSquare7Dof999);
+  CHECK(second < kChiSquare7Dof999);
+  // The first draft is accepted with probability sum_i min(p_t, p_d) = 1/9 + 1/9 + 0.15 + 0.10 +
+  // 0.10 = 0.572 (kTarget against kCappedDraft).
+  const int64_t emitted_second = std::accumulate(c.second.begin(), c.second.end(), int64_t{0});
+  CHECK(emitted_second == doctest::Approx(0.5722 * 20000).epsilon(0.03));
+  // The broken rule fails here too: p_t after a rejection over-weights the draft's ids.
+  const Counts broken = run_trials(20000, target_instead_of_residual, kCappedDraft);
+  CHECK(chi_square(broken.first, to_double(kTarget)) > kChiSquare7Dof999);
 }
 
 TEST_CASE("the distribution test fails a rule that samples p_t instead of the residual") {
