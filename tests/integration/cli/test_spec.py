@@ -63,6 +63,47 @@ class PatternAcceptanceTest(unittest.TestCase):
         self.assertLess(fixed["token_acceptance"], 0.3)
 
 
+class DraftVocabTest(unittest.TestCase):
+    def test_a_cap_above_the_cycle_changes_no_proposal_and_one_below_it_costs_acceptance(self):
+        # The pattern pair's cycle is ids 0-2047, where every greedy token of both models lies:
+        # capped at 2048 the draft proposes exactly what it did uncapped (the fixed run's
+        # acceptance is the same count), capped at 1024 it cannot propose half the cycle.
+        target = pattern_model("target", 0, seed=1)
+        draft = pattern_model("draft_0.25", 0.25, seed=2)
+
+        def fixed(cap):
+            r = bench(target, draft, "--batch-sizes", 2, "--ks", 3, "--output-len", 32,
+                      "--draft-vocab", cap)
+            self.assertEqual(r["draft_vocab"], cap)
+            run = [s for s in r["results"][0]["spec"] if s["mode"] == "fixed"][0]
+            self.assertTrue(run["outputs_match"])  # lossless at every cap
+            return run["token_acceptance"]
+
+        whole = fixed(0)
+        self.assertEqual(fixed(2048), whole)
+        self.assertLess(fixed(1024), whole - 0.15)
+
+    def test_run_with_a_capped_draft_gives_the_target_only_tokens(self):
+        target = pattern_model("target", 0, seed=1)
+        draft = pattern_model("draft_0.25", 0.25, seed=2)
+        base = ["run", "--model", target, "--prompt", "The quick brown fox", "--max-tokens", 20,
+                "--temperature", 0, "--ignore-eos", "--json"]
+        want = json.loads(tandem(*base).stdout)["token_ids"]
+        got = json.loads(tandem(*base, "--draft", draft, "--draft-vocab", 1024).stdout)
+        self.assertEqual(got["token_ids"], want)
+        self.assertGreater(got["spec"]["proposed"], 0)
+
+    def test_a_cap_out_of_range_is_refused_naming_the_flag(self):
+        target = pattern_model("target", 0, seed=1)
+        draft = pattern_model("draft_0.25", 0.25, seed=2)
+        for cap in (-1, 10_000_000):
+            p = subprocess.run([TANDEM, "run", "--model", target, "--draft", draft, "--prompt", "x",
+                                "--max-tokens", "2", "--draft-vocab", str(cap)],
+                               capture_output=True, text=True, timeout=600)
+            self.assertNotEqual(p.returncode, 0)
+            self.assertIn("--draft-vocab", p.stderr)
+
+
 class BenchSpecTest(unittest.TestCase):
     def test_bench_spec_reports_every_batch_and_k_as_json(self):
         target = pattern_model("target", 0, seed=1)
