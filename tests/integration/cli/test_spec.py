@@ -31,6 +31,13 @@ def pattern_model(name, divergence, seed, preset="tiny-qwen"):
     return out
 
 
+def greedy_run(target, *extra):
+    """`tandem run` of one fixed prompt, 20 greedy tokens, its JSON."""
+    return json.loads(tandem("run", "--model", target, "--prompt", "The quick brown fox",
+                             "--max-tokens", 20, "--temperature", 0, "--ignore-eos", "--json",
+                             *extra).stdout)
+
+
 def bench(target, draft, *extra):
     p = tandem("bench", "spec", "--model", target, "--draft", draft, "--device", "cpu",
                "--threads", 1, "--input-len", 8, *extra)
@@ -86,10 +93,8 @@ class DraftVocabTest(unittest.TestCase):
     def test_run_with_a_capped_draft_gives_the_target_only_tokens(self):
         target = pattern_model("target", 0, seed=1)
         draft = pattern_model("draft_0.25", 0.25, seed=2)
-        base = ["run", "--model", target, "--prompt", "The quick brown fox", "--max-tokens", 20,
-                "--temperature", 0, "--ignore-eos", "--json"]
-        want = json.loads(tandem(*base).stdout)["token_ids"]
-        got = json.loads(tandem(*base, "--draft", draft, "--draft-vocab", 1024).stdout)
+        want = greedy_run(target)["token_ids"]
+        got = greedy_run(target, "--draft", draft, "--draft-vocab", 1024)
         self.assertEqual(got["token_ids"], want)
         self.assertGreater(got["spec"]["proposed"], 0)
 
@@ -194,11 +199,9 @@ class TwoStageDraftTest(unittest.TestCase):
     def test_two_stages_with_a_draft_equal_one_stage_without(self):
         target = pattern_model("target", 0, seed=1)
         draft = pattern_model("draft_0.25", 0.25, seed=2)
-        base = ["run", "--model", target, "--prompt", "The quick brown fox", "--max-tokens", 20,
-                "--temperature", 0, "--ignore-eos", "--json"]
-        want = json.loads(tandem(*base).stdout)["token_ids"]
-        two = json.loads(tandem(*base, "--draft", draft, "--draft-max", 4, "--prefill-device", "cpu:0",
-                                "--decode-device", "cpu:1", "--prefill-chunk", 3).stdout)
+        want = greedy_run(target)["token_ids"]
+        two = greedy_run(target, "--draft", draft, "--draft-max", 4, "--prefill-device", "cpu:0",
+                         "--decode-device", "cpu:1", "--prefill-chunk", 3)
         self.assertEqual(two["token_ids"], want)
         self.assertGreater(two["spec"]["proposed"], 0)
         self.assertGreater(two["spec"]["accepted"], 0)  # the pattern draft agrees often

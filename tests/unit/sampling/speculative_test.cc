@@ -167,18 +167,27 @@ TEST_CASE("sampled acceptance is reproducible per seed") {
   }
 }
 
-TEST_CASE("speculative sampling emits tokens with the target's distribution (chi-square)") {
-  const Counts c = run_trials(20000, residual_distribution);
+namespace {
+
+// The first token of each of `trials` follows kTarget, the second kTarget1: the second token is
+// emitted when the first draft was accepted, which does not depend on the second draft, so given
+// that it must follow the target's row 1. The first draft is accepted in a fraction `accept` of
+// trials (the sum over ids of min(p_t, p_d)).
+void check_target_distribution(const Counts& c, int trials, double accept) {
   const double first = chi_square(c.first, to_double(kTarget));
   const double second = chi_square(c.second, to_double(kTarget1));
   INFO("chi-square first " << first << ", second " << second);
   CHECK(first < kChiSquare7Dof999);
-  // The second token is emitted when the first draft was accepted, which does not depend on
-  // the second draft: given that, it must follow the target's row 1.
   CHECK(second < kChiSquare7Dof999);
-  // About 55 % of trials accept the first draft (sum of min(p_t, p_d)).
   const int64_t emitted_second = std::accumulate(c.second.begin(), c.second.end(), int64_t{0});
-  CHECK(emitted_second == doctest::Approx(0.55 * 20000).epsilon(0.03));
+  CHECK(emitted_second == doctest::Approx(accept * trials).epsilon(0.03));
+}
+
+}  // namespace
+
+TEST_CASE("speculative sampling emits tokens with the target's distribution (chi-square)") {
+  const Counts c = run_trials(20000, residual_distribution);
+  check_target_distribution(c, 20000, 0.55);
 
   // And against target-only sampling (sample_token's inverse CDF, its own seeds).
   std::vector<int64_t> target_only(kVocab, 0);
@@ -192,15 +201,8 @@ TEST_CASE("speculative sampling emits tokens with the target's distribution (chi
 TEST_CASE("a draft with a capped vocabulary keeps the target's distribution (chi-square)") {
   const Counts c = run_trials(20000, residual_distribution, kCappedDraft);
   for (const int64_t n : {c.first[5], c.first[6], c.first[7]}) CHECK(n > 0);
-  const double first = chi_square(c.first, to_double(kTarget));
-  const double second = chi_square(c.second, to_double(kTarget1));
-  INFO("chi-square first " << first << ", second " << second);
-  CHECK(first < kChiSquare7Dof999);
-  CHECK(second < kChiSquare7Dof999);
-  // The first draft is accepted with probability sum_i min(p_t, p_d) = 1/9 + 1/9 + 0.15 + 0.10 +
-  // 0.10 = 0.572 (kTarget against kCappedDraft).
-  const int64_t emitted_second = std::accumulate(c.second.begin(), c.second.end(), int64_t{0});
-  CHECK(emitted_second == doctest::Approx(0.5722 * 20000).epsilon(0.03));
+  // Acceptance: 1/9 + 1/9 + 0.15 + 0.10 + 0.10 = 0.572 (kTarget against kCappedDraft).
+  check_target_distribution(c, 20000, 0.5722);
   // The broken rule fails here too: p_t after a rejection over-weights the draft's ids.
   const Counts broken = run_trials(20000, target_instead_of_residual, kCappedDraft);
   CHECK(chi_square(broken.first, to_double(kTarget)) > kChiSquare7Dof999);
