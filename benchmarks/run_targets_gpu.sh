@@ -7,10 +7,10 @@
 #   BIN=build OUT=/tmp/out REPS=3 benchmarks/run_targets_gpu.sh
 # BIN: a build folder (or the same layout: tools/tandem, benchmarks/bench_decode_latency).
 # REPS: runs of each bf16 case, FP8_REPS of the FP8 one (quantized at load on the host, ~25 s
-# a run; default REPS); the table takes their median. SPEC=0 leaves out the
-# speculative pair, QUANT=0 the AWQ / GPTQ checkpoints (mkmodel writes each in ~2 minutes; no
-# timed run starts before they are written, so their CPU work does not disturb a step's host
-# part). SUITES=1 runs the one-GPU test suites meanwhile (their output in $OUT/<suite>.log).
+# a run; default REPS); the table takes their median. SPEC=0 leaves out the speculative pair
+# (DRAFT_VOCAB=N runs it with the drafts capped, run_spec_gpu.sh), QUANT=0 the AWQ / GPTQ
+# checkpoints (mkmodel writes each in ~2 minutes; no timed run starts before they are written,
+# so their CPU work does not disturb a step's host part). SUITES=1 runs the one-GPU test suites meanwhile (their output in $OUT/<suite>.log).
 # Each run's JSON line is in $OUT/<case>.<rep>.log. TAR=FILE.tar.xz packs $OUT into one file at
 # the end: the device machine returns only a few files from its $OUT (v41 lost call 1's logs),
 # so there point OUT at a scratch folder and TAR at $OUT/targets.tar.xz.
