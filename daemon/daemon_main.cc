@@ -180,6 +180,12 @@ int run_daemon(int argc, char** argv, const DaemonHooks& hooks) {
 
   spdlog::info("tandemd {} loading {} (prefill {}, decode {})", TANDEM_VERSION,
                config.engine.model_dir, config.engine.prefill_device, config.engine.decode_device);
+  if (!config.engine.draft_dir.empty()) {
+    const EngineOptions& e = config.engine;
+    spdlog::info("draft {}: speculation {}, {}-{} tokens a step, {}", e.draft_dir,
+                 e.spec ? "on" : "off", e.draft_min, e.draft_max,
+                 e.draft_vocab > 0 ? "ids below " + std::to_string(e.draft_vocab) : "every id");
+  }
   sd_notify_line("STATUS=loading " + config.engine.model_dir);
   std::unique_ptr<Engine> engine;
   {
