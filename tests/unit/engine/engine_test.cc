@@ -452,9 +452,10 @@ TEST_CASE("sampled requests with a draft: a self-draft accepts every proposal, r
   // from the same logits, settings and history (penalties see output + proposals so far, and
   // min_tokens bans eos on both sides), so min(1, p_t / p_d) = 1 for every proposal. A history or
   // ban off by one token on either side would reject some.
-  auto run = [](const std::string& draft) {
+  auto run = [](const std::string& draft, int32_t draft_vocab = 0) {
     EngineOptions o;
     o.draft_dir = draft;
+    o.draft_vocab = draft_vocab;
     o.draft_max = 4;
     o.draft_min = 1;
     o.page_size = 4;
@@ -486,18 +487,23 @@ TEST_CASE("sampled requests with a draft: a self-draft accepts every proposal, r
     CHECK(r.finish->spec->accepted == r.finish->spec->proposed);
     CHECK(r.ids.size() >= 6);
   }
-  // A disagreeing draft: rejections happen, and the same seeds give the same tokens again.
+  // A disagreeing draft, and the target as its own draft capped at 1,000 ids (its rows are 0
+  // past the cap, where the target's candidates lie): rejections happen, and the same seeds
+  // give the same tokens again.
   const std::string other = make_tiny("tandem-engine-test-tiny-qwen-seed11", 11);
-  const auto first = run(other), second = run(other);
-  int64_t proposed = 0, accepted = 0;
-  for (const auto& [id, r] : first) {
-    CAPTURE(id);
-    REQUIRE(r.finish);
-    proposed += r.finish->spec->proposed;
-    accepted += r.finish->spec->accepted;
-    CHECK(r.ids == second.at(id).ids);
+  for (const auto& [draft, cap] : {std::pair{other, 0}, std::pair{tiny_model(), 1000}}) {
+    CAPTURE(cap);
+    const auto first = run(draft, cap), second = run(draft, cap);
+    int64_t proposed = 0, accepted = 0;
+    for (const auto& [id, r] : first) {
+      CAPTURE(id);
+      REQUIRE(r.finish);
+      proposed += r.finish->spec->proposed;
+      accepted += r.finish->spec->accepted;
+      CHECK(r.ids == second.at(id).ids);
+    }
+    CHECK(accepted < proposed);
   }
-  CHECK(accepted < proposed);
 }
 
 namespace {
