@@ -65,7 +65,6 @@ Result<DraftModel> load_draft(const EngineOptions& options, const RunnerOptions&
                         "between 1 and " + std::to_string(known) +
                             " (the ids the draft and its tokenizer know; 0 = all)");
   }
-  d.vocab_cap = options.draft_vocab;
   TANDEM_ASSIGN_OR_RETURN(d.runner, make_runner(*d.model, target_ro));
   d.pool = std::make_unique<PagePool>(d.runner->num_pages());
   d.config.enabled = options.spec;

@@ -22,7 +22,7 @@ EngineBase::EngineBase(const EngineOptions& options, ModelDir model, Tokenizer t
     valid_vocab_ = int32_t(std::min<int64_t>(valid_vocab_, draft->model->config.vocab_size));
   }
   draft_vocab_ =
-      draft && draft->vocab_cap > 0 ? std::min(valid_vocab_, draft->vocab_cap) : valid_vocab_;
+      draft && options.draft_vocab > 0 ? std::min(valid_vocab_, options.draft_vocab) : valid_vocab_;
 }
 
 PoolStatus EngineBase::pool_status(const char* name, const ModelRunner& runner, int32_t used,

@@ -155,7 +155,6 @@ struct DraftModel {
   std::unique_ptr<ModelRunner> runner;
   std::unique_ptr<PagePool> pool;
   SpecConfig config;
-  int32_t vocab_cap = 0;  // --draft-vocab: the draft scores ids below it only (0 = all)
 };
 
 // The largest k' <= k that keeps `seq` within its max_tokens and the context limit
