@@ -240,7 +240,7 @@ SpecRun run_spec(ModelRunner& target, ModelRunner& draft, PagePool& target_pool,
   const auto batch = int32_t(b.ptrs.size());
   run.cost_ratio = spec.policy().cost_ratio(batch);
   run.draft_cost = spec.policy().draft_cost(batch);
-  run.verify_cost = spec.policy().verify_cost(batch, run.mean_k);
+  run.verify_growth = spec.policy().verify_growth(batch);
   run.tok_per_s = total_ms > 0 ? 1000.0 * double(tokens) / total_ms : 0.0;
   return run;
 }
@@ -364,7 +364,7 @@ std::string spec_bench_json(const SpecBenchOptions& o, const std::vector<SpecBat
            {"plain_step_ms", s.plain_step_ms},
            {"cost_ratio", s.cost_ratio},
            {"draft_cost", s.draft_cost},
-           {"verify_cost", s.verify_cost},
+           {"verify_growth", s.verify_growth},
            {"tok_per_s", s.tok_per_s},
            {"speedup", s.speedup},
            {"speedup_bracketed", s.speedup_bracketed},

@@ -80,11 +80,6 @@ void ProbeSchedule::speculated() {
   next_ = std::min(next_, step_ - 1 + kProbePeriod);
 }
 
-DraftLengthPolicy::DraftLengthPolicy(SpecConfig config) : config_(config) {
-  const int32_t most_k = std::max({config_.draft_max, config_.fixed_k, 1});
-  for (Costs& c : costs_) c.verify.assign(size_t(most_k) + 1, 0.0);
-}
-
 int32_t DraftLengthPolicy::choose(const Sequence& seq, int32_t batch_size, bool probe) const {
   if (!config_.enabled || config_.draft_max < 1 || batch_size > config_.max_batch) return 0;
   if (config_.fixed_k > 0) return config_.fixed_k;
@@ -145,36 +140,13 @@ void DraftLengthPolicy::share_k(std::span<Sequence* const> seqs, std::span<int32
 
 double DraftLengthPolicy::step_cost(int32_t batch_size, int32_t k, int32_t sharing) const {
   const Costs& c = costs(batch_size);
-  if (!c.draft_plain) return 1.0 + k * c.draft_verify;
-  const double x = double(k) * double(sharing) / double(std::max(batch_size, 1));
-  return verify_cost(batch_size, x) + k * *c.draft_plain;
-}
-
-double DraftLengthPolicy::verify_cost(int32_t batch_size, double x) const {
-  const Costs& c = costs(batch_size);
-  if (!c.draft_plain) return 1.0;
-  // The measured points around x: below it at most x (x = 0, the plain step, always), above it
-  // at least x (none past the largest measured).
-  double lo_x = 0, lo = 1.0;
-  std::optional<double> hi_x, hi;
-  for (size_t i = 1; i < c.verify.size(); ++i) {
-    if (c.verify[i] <= 0) continue;
-    if (double(i) <= x) {
-      lo_x = double(i);
-      lo = c.verify[i];
-    } else {
-      hi_x = double(i);
-      hi = c.verify[i];
-      break;
-    }
-  }
-  if (!hi || x <= lo_x) return lo;
-  return lo + (*hi - lo) * (x - lo_x) / (*hi_x - lo_x);
+  if (!c.growth) return 1.0 + k * c.draft_verify;
+  return 1.0 + k * (*c.draft_plain + *c.growth * double(sharing) / double(batch_size));
 }
 
 bool DraftLengthPolicy::speculation_pays(std::span<const double> shared, int32_t k,
                                          size_t batch) const {
-  if (!costs(int32_t(batch)).draft_plain) return true;  // no plain step measured: choices stand
+  if (!costs(int32_t(batch)).growth) return true;  // no plain step measured: the choices stand
   // Tokens the step emits (one from each sequence not sharing k) against what plain steps
   // emit in its time.
   double tokens = double(batch - shared.size());
@@ -188,14 +160,15 @@ void DraftLengthPolicy::observe_costs(int32_t batch_size, double draft_step_ms, 
   Costs& c = costs_[SpecGate::bucket_of(batch_size)];
   c.draft_verify = 0.9 * c.draft_verify + 0.1 * (draft_step_ms / verify_ms);
   if (!plain_step_ms || *plain_step_ms <= 0) return;
-  const double d = draft_step_ms / *plain_step_ms;
-  c.draft_plain = c.draft_plain ? 0.9 * *c.draft_plain + 0.1 * d : d;
-  // Proposals a sequence, to the nearest whole one (a batch whose sequences did not all share
-  // k proposes fewer a sequence than k).
-  const double x = double(proposals) / double(std::max(batch_size, 1));
-  const auto i = size_t(std::clamp<int64_t>(std::llround(x), 1, int64_t(c.verify.size()) - 1));
-  const double v = std::clamp(verify_ms / *plain_step_ms, 0.0, 1.0 + kMaxGrowthSample * x);
-  c.verify[i] = c.verify[i] > 0 ? 0.9 * c.verify[i] + 0.1 * v : v;
+  auto average = [](std::optional<double>& avg, double sample) {
+    avg = avg ? 0.9 * *avg + 0.1 * sample : sample;
+  };
+  // The pass's growth over a plain step per proposal a sequence: its rows beyond the batch's
+  // own, spread over the batch.
+  const double per_seq = double(proposals) / double(std::max(batch_size, 1));
+  const double growth = (verify_ms / *plain_step_ms - 1.0) / per_seq;
+  average(c.draft_plain, draft_step_ms / *plain_step_ms);
+  average(c.growth, std::clamp(growth, 0.0, kMaxGrowthSample));
 }
 
 int32_t clip_draft_length(const Sequence& seq, int32_t k, int32_t max_model_len) {

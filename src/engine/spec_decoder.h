@@ -93,13 +93,12 @@ class ProbeSchedule {
 
 // Chooses k per sequence from its running acceptance and the measured costs of a step
 // (docs/speculative.md explains the policy). The costs are kept per batch-size bucket
-// (SpecGate::bucket_of): a draft round of 64 sequences costs 2.5 times one of a single sequence,
-// and the verify pass's cost depends on k, by batch differently (H100, 7B, NOTES.md v59): at
-// batch 1 1.04 plain steps at k = 4 and 1.07 at 8; at 16 1.32 and 1.40 (its rows leave the
-// plain step's kernels, then cost little more); at 64 1.62 and 2.36 (rows that cost compute).
+// (SpecGate::bucket_of): a draft round of 64 sequences costs 2.5 times one of a single sequence
+// and a verify pass of 64 x 5 rows 1.56 plain steps where one of 5 rows costs 1.03 (H100,
+// NOTES.md v59).
 class DraftLengthPolicy {
  public:
-  explicit DraftLengthPolicy(SpecConfig config);
+  explicit DraftLengthPolicy(SpecConfig config) : config_(config) {}
   // 0 = do not speculate this step; on a probe step (SpecDecoder's ProbeSchedule, or the shut
   // gate's probe) a sequence whose drafts are off proposes draft_min.
   int32_t choose(const Sequence& seq, int32_t batch_size, bool probe = false) const;
@@ -123,23 +122,18 @@ class DraftLengthPolicy {
   void observe_costs(int32_t batch_size, double draft_step_ms, double verify_ms, int64_t proposals,
                      std::optional<double> plain_step_ms = std::nullopt);
   // The step's cost with k proposals from `sharing` of `batch_size` sequences, in the units the
-  // gains compare. Once a plain step is measured for the bucket, in plain steps:
-  //   verify_cost(x) + k d,   x = k sharing / batch_size proposals a sequence,
-  // d a draft round in plain steps. Before that, 1 + k c, c a draft round over a verify pass:
-  // the pass taken as one plain step (and no batch-level check in share_k).
+  // gains compare: plain steps once one is measured for the bucket,
+  //   1 + k (d + g sharing / batch_size),
+  // d a draft round and g a verify pass's growth per proposal a sequence, both in plain steps
+  // (the pass over n (1 + k) rows costs 1 + g k plain steps: the 7B's on an H100 grows 0.007 a
+  // proposal at batch 1, 0.08 at 32 and 0.14 at 64, where its rows start to cost compute);
+  // before that, 1 + k c with c a draft round over a verify pass, the pass taken as one plain
+  // step (and no batch-level check in share_k).
   double step_cost(int32_t batch_size, int32_t k, int32_t sharing) const;
-  // A verify pass of x proposals a sequence in plain steps, from the bucket's measurements at
-  // whole x (exponential averages): between two measured x (x = 0 is the plain step itself,
-  // 1) linear, past the largest the largest's. So an x not yet measured looks no dearer than
-  // its measured neighbours allow, the policy tries it when that pays, and its measurement
-  // corrects the guess: a line from the plain step through one point would make every pass
-  // dear at small k where the pass's first rows cost the most (batch 16 above), and flat would
-  // make long drafts free where rows cost compute (batch 64). 1 until a plain step is measured.
-  double verify_cost(int32_t batch_size, double x) const;
-  // The bucket's c (draft round / verify pass) and d (draft round / plain step; 0 until
-  // measured).
+  // The bucket's c (draft round / verify pass), and its d and g (0 until measured).
   double cost_ratio(int32_t batch_size) const { return costs(batch_size).draft_verify; }
   double draft_cost(int32_t batch_size) const { return costs(batch_size).draft_plain.value_or(0); }
+  double verify_growth(int32_t batch_size) const { return costs(batch_size).growth.value_or(0); }
   const SpecConfig& config() const { return config_; }
 
   // Sampled with a seed: its tokens must not depend on timings (docs/speculative.md).
@@ -148,21 +142,20 @@ class DraftLengthPolicy {
   }
   // The draft/target cost ratio such sequences choose k with, and the measurement's start.
   static constexpr double kFixedCostRatio = 0.1;
-  // A verify sample counts as at most 1 + kMaxGrowthSample x plain steps: the first verify pass
-  // of a row count outside the captured graphs pays cuBLASLt's algorithm check (~13 ms on the
-  // 7B against a ~4 ms plain step, NOTES.md v6), and one such sample would keep its x looking
-  // dear long after. The passes measured grow 0.17 a proposal or less up to batch 64 on the
-  // H100 (0.34 at batch 128, above the default --spec-max-batch); above the cap the gate, which
-  // times whole steps, still decides.
+  // Each growth sample counts at most this much: the first verify pass of a row count outside
+  // the captured graphs pays cuBLASLt's algorithm check (~13 ms on the 7B against a ~4 ms plain
+  // step, NOTES.md v6; 0.56 a proposal at k = 4 and batch 1, where the pass grows 0.007). The
+  // measured growths below batch 128 are 0.14 or less (batch 128 on the H100: 0.34, above the
+  // default --spec-max-batch); above the cap the gate, which times whole steps, still decides.
   static constexpr double kMaxGrowthSample = 0.5;
 
  private:
-  // Exponential averages of one bucket's measurements (each sample weighs 0.1; d and each
-  // verify[x] start at their first sample).
+  // Exponential averages of one bucket's measurements (each sample weighs 0.1; d and g start at
+  // their first sample).
   struct Costs {
     double draft_verify = kFixedCostRatio;  // c
     std::optional<double> draft_plain;      // d
-    std::vector<double> verify;             // [x]: a pass in plain steps, 0 = not measured
+    std::optional<double> growth;           // g
   };
   const Costs& costs(int32_t batch_size) const { return costs_[SpecGate::bucket_of(batch_size)]; }
   // Whether the sharing sequences' step with k (acceptances `shared`, in a batch of `batch`)

@@ -121,27 +121,20 @@ TEST_CASE("adaptive speculation at batch 1: never much slower than plain where d
 
 namespace {
 
-// A batch's costs on the H100 (the 7B + 0.5B pattern pair, NOTES.md v59, call B), in ms: a
-// plain step, a draft round of the whole batch, verify passes at k = 4 and 8 a sequence, and
-// the passes between on the lines through them and the plain step. Batch 16's first proposals
-// cost the most (its rows leave the plain step's kernels); batch 64's rows cost compute.
+// A batch's costs on the H100 (the 7B + 0.5B pattern pair, NOTES.md v59, call A), in ms: a plain
+// step, a verify pass's growth per proposal a sequence, a draft round of the whole batch.
 struct BatchCosts {
   int32_t batch;
-  double plain_ms, round_ms, verify4_ms, verify8_ms;
-  double verify_ms(double x) const {  // x proposals a sequence
-    return x <= 4 ? plain_ms + (verify4_ms - plain_ms) * x / 4
-                  : verify4_ms + (verify8_ms - verify4_ms) * (x - 4) / 4;
-  }
+  double plain_ms, growth_ms, round_ms;
 };
-constexpr BatchCosts kBatch16{16, 5.24, 0.8, 6.93, 7.31};
-constexpr BatchCosts kBatch32{32, 5.68, 1.03, 7.87, 9.2};
-constexpr BatchCosts kBatch64{64, 6.27, 1.2, 10.2, 14.9};
+constexpr BatchCosts kBatch32{32, 5.63, (7.52 - 5.63) / 4, 1.0};
+constexpr BatchCosts kBatch64{64, 6.2, (9.7 - 6.2) / 4, 1.14};
 
 // The best fixed k's speed-up over plain decoding under these costs, every sequence proposing.
 double best_fixed(const BatchCosts& c, double a) {
   double best = 1.0;
   for (int32_t k = 1; k <= 8; ++k) {
-    const double step = c.verify_ms(k) + k * c.round_ms;
+    const double step = c.plain_ms + k * (c.growth_ms + c.round_ms);
     best = std::max(best, expected_tokens(a, k) * c.plain_ms / step);
   }
   return best;
@@ -189,7 +182,7 @@ double adaptive_batch_speedup(const BatchCosts& c, double a, int steps, uint32_t
         tokens += accepted + 1;
         proposed += ks[i];
       }
-      const double verify = c.verify_ms(double(proposed) / c.batch);
+      const double verify = c.plain_ms + c.growth_ms * double(proposed) / c.batch;
       step_ms = max_k * c.round_ms + verify;
       policy.observe_costs(c.batch, c.round_ms, verify, proposed, gate.plain_step_ms(c.batch));
     }
@@ -203,16 +196,15 @@ double adaptive_batch_speedup(const BatchCosts& c, double a, int steps, uint32_t
 
 }  // namespace
 
-TEST_CASE("adaptive speculation at batches 16, 32 and 64 stays near the best fixed k") {
-  // 400 steps each, four seeds: 0.96-1.0 of the best fixed k, and within 0.6% of plain
-  // decoding's speed where k = 1 gains 2-5% (acceptance 0.3). The loss is mostly the
+TEST_CASE("adaptive speculation at batches 32 and 64 stays near the best fixed k") {
+  // 400 steps each, four seeds: 0.965-1.0 of the best fixed k, and plain decoding's speed
+  // within 0.3% where k = 1 gains 3% (batch 32, acceptance 0.3). The loss is mostly the
   // per-sequence acceptance estimates (about the last ten positions): at 0.6 a few percent of
-  // them read below the ~0.33 where a draft stops paying at batch 64, and those sequences
-  // decode plainly. With the verify pass taken as one plain step in the choice of k (before
-  // NOTES.md v59): 0.87-0.91 of the best at batch 64 (k = 3 at acceptance 0.6, 1.06x where
-  // k = 1 gives 1.19x; long drafts at 0.75-0.9), 0.95-0.96 at batch 32 and 0.98 of plain decoding
-  // at batch 32 and acceptance 0.3.
-  for (const BatchCosts& c : {kBatch16, kBatch32, kBatch64}) {
+  // them read below the ~0.33 where a draft stops paying, and those sequences decode plainly.
+  // With the verify pass taken as one plain step in the choice of k (before NOTES.md v59):
+  // 0.89-0.95 of the best at batch 64 (k = 3 at acceptance 0.6, 1.10x where k = 1 gives
+  // 1.21x; k = 4 at 0.75), and 0.98 of plain decoding at batch 32 and acceptance 0.3.
+  for (const BatchCosts& c : {kBatch32, kBatch64}) {
     for (const double a : {0.3, 0.6, 0.75, 0.9}) {
       CAPTURE(c.batch);
       CAPTURE(a);
@@ -220,8 +212,8 @@ TEST_CASE("adaptive speculation at batches 16, 32 and 64 stays near the best fix
       CAPTURE(best);
       double sum = 0;
       for (uint32_t seed = 0; seed < 4; ++seed) sum += adaptive_batch_speedup(c, a, 400, seed);
-      // Near the break-even (the best under 1.1x), plain decoding's speed within 1%.
-      CHECK(sum / 4 >= (best < 1.1 ? 0.99 : 0.95 * best));
+      // Near the break-even, plain decoding's speed within 1%.
+      CHECK(sum / 4 >= (best < 1.05 ? 0.99 : 0.95 * best));
     }
   }
 }
