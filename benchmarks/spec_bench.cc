@@ -237,10 +237,8 @@ SpecRun run_spec(ModelRunner& target, ModelRunner& draft, PagePool& target_pool,
   run.tokens_per_step = seq_steps ? double(all_accepted + seq_steps) / double(seq_steps) : 1.0;
   run.mean_k = seq_steps ? double(all_proposed) / double(seq_steps) : 0.0;
   run.plain_step_ms = run.plain_steps ? plain_ms / double(run.plain_steps) : 0.0;
-  const auto batch = int32_t(b.ptrs.size());
-  run.cost_ratio = spec.policy().cost_ratio(batch);
-  run.draft_cost = spec.policy().draft_cost(batch);
-  run.verify_growth = spec.policy().verify_growth(batch);
+  run.cost_ratio = spec.policy().cost_ratio();
+  run.verify_cost = spec.policy().verify_cost();
   run.tok_per_s = total_ms > 0 ? 1000.0 * double(tokens) / total_ms : 0.0;
   return run;
 }
@@ -363,8 +361,7 @@ std::string spec_bench_json(const SpecBenchOptions& o, const std::vector<SpecBat
            {"mean_k", s.mean_k},
            {"plain_step_ms", s.plain_step_ms},
            {"cost_ratio", s.cost_ratio},
-           {"draft_cost", s.draft_cost},
-           {"verify_growth", s.verify_growth},
+           {"verify_cost", s.verify_cost},
            {"tok_per_s", s.tok_per_s},
            {"speedup", s.speedup},
            {"speedup_bracketed", s.speedup_bracketed},

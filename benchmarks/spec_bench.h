@@ -50,12 +50,8 @@ struct SpecRun {
   // The steps without draft rounds (gated, or k = 0 for all), mean ms: what a plain step costs
   // inside the speculative decoder (the draft's catch-up in chunks included).
   double plain_step_ms = 0;
-  // The policy's costs for the run's batch size at its end (DraftLengthPolicy::step_cost): c (a
-  // draft round over a verify pass), d (a draft round in plain steps) and g (a verify pass's
-  // growth per proposal a sequence, in plain steps); d and g 0 where no plain step was measured.
-  double cost_ratio = 0;
-  double draft_cost = 0;
-  double verify_growth = 0;
+  double cost_ratio = 0;   // the policy's c (draft round / verify pass) at the end of the run
+  double verify_cost = 0;  // the policy's v (verify pass / plain step) at the end (1: unmeasured)
   double tok_per_s = 0;
   double speedup = 0;  // tok_per_s over the plain run's
   // tok_per_s over the mean of the plain runs before and after all speculative runs (A-B-A):

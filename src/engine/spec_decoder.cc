@@ -4,7 +4,6 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
-#include <numeric>
 
 #include "core/check.h"
 #include "engine/step.h"
@@ -83,15 +82,16 @@ void ProbeSchedule::speculated() {
 int32_t DraftLengthPolicy::choose(const Sequence& seq, int32_t batch_size, bool probe) const {
   if (!config_.enabled || config_.draft_max < 1 || batch_size > config_.max_batch) return 0;
   if (config_.fixed_k > 0) return config_.fixed_k;
-  // Speed-up of k drafts over plain decoding: tokens per step over cost per step.
+  // Speed-up of k drafts over plain decoding: tokens per step over cost per step, where one
+  // step costs one target pass (verifying k+1 positions costs about the same while decode is
+  // bandwidth-bound) plus k draft passes.
   // A seeded sampled sequence's tokens depend on its k (each k consumes its own draws), so its
-  // k must not depend on timings: it takes the fixed ratio, a verify pass as one target step.
-  const bool fixed = reproducible(seq);
+  // k must not depend on timings: it takes the fixed ratio.
+  const double cost_ratio = reproducible(seq) ? kFixedCostRatio : cost_ratio_;
   int32_t best_k = 0;
   double best = 1.0;
   for (int32_t k = std::max(1, config_.draft_min); k <= config_.draft_max; ++k) {
-    const double cost = fixed ? 1.0 + k * kFixedCostRatio : step_cost(batch_size, k, batch_size);
-    const double gain = expected_tokens(seq.spec_acceptance, k) / cost;
+    const double gain = expected_tokens(seq.spec_acceptance, k) / (1.0 + k * cost_ratio);
     if (gain > best) {
       best = gain;
       best_k = k;
@@ -117,13 +117,12 @@ void DraftLengthPolicy::share_k(std::span<Sequence* const> seqs, std::span<int32
     }
   }
   if (shared.empty()) return;
-  const auto n = int32_t(seqs.size());
   if (shared.size() >= 2) {  // one sequence: its own choice is the batch's
     double best = 0;
     for (int32_t k = std::max(1, config_.draft_min); k <= config_.draft_max; ++k) {
       double tokens = 0;
       for (const double a : shared) tokens += expected_tokens(a, k);
-      const double gain = tokens / step_cost(n, k, int32_t(shared.size()));
+      const double gain = tokens / (1.0 + k * cost_ratio_);
       if (gain > best) {
         best = gain;
         shared_k = k;
@@ -138,37 +137,24 @@ void DraftLengthPolicy::share_k(std::span<Sequence* const> seqs, std::span<int32
   }
 }
 
-double DraftLengthPolicy::step_cost(int32_t batch_size, int32_t k, int32_t sharing) const {
-  const Costs& c = costs(batch_size);
-  if (!c.growth) return 1.0 + k * c.draft_verify;
-  return 1.0 + k * (*c.draft_plain + *c.growth * double(sharing) / double(batch_size));
-}
-
 bool DraftLengthPolicy::speculation_pays(std::span<const double> shared, int32_t k,
                                          size_t batch) const {
-  if (!costs(int32_t(batch)).growth) return true;  // no plain step measured: the choices stand
+  if (!verify_cost_) return true;  // no plain step measured: the choices above stand
   // Tokens the step emits (one from each sequence not sharing k) against what plain steps
-  // emit in its time.
+  // emit in its time: a step of k draft rounds and a verify pass costs v (1 + k c) plain steps.
   double tokens = double(batch - shared.size());
   for (const double a : shared) tokens += expected_tokens(a, k);
-  return tokens > double(batch) * step_cost(int32_t(batch), k, int32_t(shared.size()));
+  return tokens > double(batch) * *verify_cost_ * (1.0 + k * cost_ratio_);
 }
 
-void DraftLengthPolicy::observe_costs(int32_t batch_size, double draft_step_ms, double verify_ms,
-                                      int64_t proposals, std::optional<double> plain_step_ms) {
-  if (draft_step_ms <= 0 || verify_ms <= 0 || proposals <= 0) return;
-  Costs& c = costs_[SpecGate::bucket_of(batch_size)];
-  c.draft_verify = 0.9 * c.draft_verify + 0.1 * (draft_step_ms / verify_ms);
-  if (!plain_step_ms || *plain_step_ms <= 0) return;
-  auto average = [](std::optional<double>& avg, double sample) {
-    avg = avg ? 0.9 * *avg + 0.1 * sample : sample;
-  };
-  // The pass's growth over a plain step per proposal a sequence: its rows beyond the batch's
-  // own, spread over the batch.
-  const double per_seq = double(proposals) / double(std::max(batch_size, 1));
-  const double growth = (verify_ms / *plain_step_ms - 1.0) / per_seq;
-  average(c.draft_plain, draft_step_ms / *plain_step_ms);
-  average(c.growth, std::clamp(growth, 0.0, kMaxGrowthSample));
+void DraftLengthPolicy::observe_costs(double draft_step_ms, double verify_ms,
+                                      std::optional<double> plain_step_ms) {
+  if (draft_step_ms <= 0 || verify_ms <= 0) return;
+  cost_ratio_ = 0.9 * cost_ratio_ + 0.1 * (draft_step_ms / verify_ms);
+  if (plain_step_ms && *plain_step_ms > 0) {
+    const double sample = std::min(verify_ms / *plain_step_ms, kMaxVerifyCostSample);
+    verify_cost_ = 0.9 * verify_cost_.value_or(1.0) + 0.1 * sample;
+  }
 }
 
 int32_t clip_draft_length(const Sequence& seq, int32_t k, int32_t max_model_len) {
@@ -559,11 +545,8 @@ std::vector<std::vector<int32_t>> SpecDecoder::step(std::span<Sequence* const> s
   // measured (a fixed k, a pinned batch, the first steps), none fed. A step in which either
   // runner captured a graph (a shape's first use) feeds neither the costs nor the gate.
   captured_ = target_.graphs_captured() + draft_.graphs_captured() != graphs_before;
-  if (max_k > 0 && !captured_) {
-    const int64_t proposed = std::accumulate(ks.begin(), ks.end(), int64_t(0));
-    policy_.observe_costs(int32_t(n), draft_ms / max_k, target_ms, proposed,
-                          gate_.plain_step_ms(int32_t(n)));
-  }
+  if (max_k > 0 && !captured_)
+    policy_.observe_costs(draft_ms / max_k, target_ms, gate_.plain_step_ms(int32_t(n)));
   const double accept_t0 = now_ms();
   // Sampled sequences: the lossless rule over both models' rows where they lie, all in one call
   // (one launch on the CUDA runner, two ints a sequence back). k == 0 is sample_token's draw

@@ -9,7 +9,6 @@
 // another stage, preemption and recompute need no extra path.
 #pragma once
 
-#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -91,11 +90,8 @@ class ProbeSchedule {
   int64_t period_ = kProbePeriod;    // the wait after it
 };
 
-// Chooses k per sequence from its running acceptance and the measured costs of a step
-// (docs/speculative.md explains the policy). The costs are kept per batch-size bucket
-// (SpecGate::bucket_of): a draft round of 64 sequences costs 2.5 times one of a single sequence
-// and a verify pass of 64 x 5 rows 1.56 plain steps where one of 5 rows costs 1.03 (H100,
-// NOTES.md v59).
+// Chooses k per sequence from its running acceptance and the measured cost of a draft step
+// relative to a target step (docs/speculative.md explains the policy).
 class DraftLengthPolicy {
  public:
   explicit DraftLengthPolicy(SpecConfig config) : config_(config) {}
@@ -104,36 +100,27 @@ class DraftLengthPolicy {
   int32_t choose(const Sequence& seq, int32_t batch_size, bool probe = false) const;
   // One k for the batch: ks holds each sequence's choose(); every speculating sequence that is
   // not reproducible() then proposes the k in [draft_min, draft_max] that maximises the batch's
-  // expected tokens over the cost of a step, sum_i E(a_i, k) / step_cost(k). A step runs max(k)
+  // expected tokens over the cost of a step, sum_i E(a_i, k) / (1 + k c). A step runs max(k)
   // draft rounds whatever each sequence chose, so sequences with a smaller k left tokens unasked
   // for at no saving. Reproducible sequences keep their own k (their tokens must not depend on
   // the batch); with a fixed k nothing changes.
-  // Then, once a plain step of the batch's bucket is measured and except on probe steps
-  // (`probe`, as for choose()), the sharing sequences (or a lone speculating one) all decode
-  // plainly (k = 0) when the step would emit no more than plain steps do in its time:
-  // sum_i E(a_i, k) + (sequences not sharing) <= n step_cost(k) for a batch of n.
+  // Then, once the verify cost v is measured and except on probe steps (`probe`, as for
+  // choose()), the sharing sequences (or a lone speculating one) all decode plainly (k = 0)
+  // when the step would emit no more than plain steps do in its time: sum_i E(a_i, k) +
+  // (sequences not sharing) <= n v (1 + k c) for a batch of n. The choices above take a verify pass
+  // as one plain step; on the H200 it costs 1.2 at batch 1 and 1.3-1.6 at batch 16 (NOTES.md v17).
   // The batch decides, not each sequence: per sequence, one sequence's noisy estimate dipping below
   // the higher bar took it out of speculation and the batch paid its catch-up when it came back
   // (batch 16 at acceptance 0.75-0.80 went 1.19x -> 0.89x, NOTES.md v17).
   void share_k(std::span<Sequence* const> seqs, std::span<int32_t> ks, bool probe = false) const;
-  // A speculative step of `batch_size` sequences that proposed `proposals` tokens in all: one
-  // draft round and the target's verify pass (ms), and the gate's plain step of the same batch
-  // size (SpecGate::plain_step_ms) when it has measured one.
-  void observe_costs(int32_t batch_size, double draft_step_ms, double verify_ms, int64_t proposals,
+  // A speculative step's costs: one draft round and the target's verify pass (ms), and the
+  // gate's plain step of the same batch size (SpecGate::plain_step_ms) when it has measured one.
+  void observe_costs(double draft_step_ms, double verify_ms,
                      std::optional<double> plain_step_ms = std::nullopt);
-  // The step's cost with k proposals from `sharing` of `batch_size` sequences, in the units the
-  // gains compare: plain steps once one is measured for the bucket,
-  //   1 + k (d + g sharing / batch_size),
-  // d a draft round and g a verify pass's growth per proposal a sequence, both in plain steps
-  // (the pass over n (1 + k) rows costs 1 + g k plain steps: the 7B's on an H100 grows 0.007 a
-  // proposal at batch 1, 0.08 at 32 and 0.14 at 64, where its rows start to cost compute);
-  // before that, 1 + k c with c a draft round over a verify pass, the pass taken as one plain
-  // step (and no batch-level check in share_k).
-  double step_cost(int32_t batch_size, int32_t k, int32_t sharing) const;
-  // The bucket's c (draft round / verify pass), and its d and g (0 until measured).
-  double cost_ratio(int32_t batch_size) const { return costs(batch_size).draft_verify; }
-  double draft_cost(int32_t batch_size) const { return costs(batch_size).draft_plain.value_or(0); }
-  double verify_growth(int32_t batch_size) const { return costs(batch_size).growth.value_or(0); }
+  double cost_ratio() const { return cost_ratio_; }
+  // v: what a verify pass costs in plain steps of its batch; 1 (and no batch-level check in
+  // share_k) until a plain step was measured.
+  double verify_cost() const { return verify_cost_.value_or(1.0); }
   const SpecConfig& config() const { return config_; }
 
   // Sampled with a seed: its tokens must not depend on timings (docs/speculative.md).
@@ -142,28 +129,24 @@ class DraftLengthPolicy {
   }
   // The draft/target cost ratio such sequences choose k with, and the measurement's start.
   static constexpr double kFixedCostRatio = 0.1;
-  // Each growth sample counts at most this much: the first verify pass of a row count outside
-  // the captured graphs pays cuBLASLt's algorithm check (~13 ms on the 7B against a ~4 ms plain
-  // step, NOTES.md v6; 0.56 a proposal at k = 4 and batch 1, where the pass grows 0.007). The
-  // measured growths below batch 128 are 0.14 or less (batch 128 on the H100: 0.34, above the
-  // default --spec-max-batch); above the cap the gate, which times whole steps, still decides.
-  static constexpr double kMaxGrowthSample = 0.5;
 
  private:
-  // Exponential averages of one bucket's measurements (each sample weighs 0.1; d and g start at
-  // their first sample).
-  struct Costs {
-    double draft_verify = kFixedCostRatio;  // c
-    std::optional<double> draft_plain;      // d
-    std::optional<double> growth;           // g
-  };
-  const Costs& costs(int32_t batch_size) const { return costs_[SpecGate::bucket_of(batch_size)]; }
   // Whether the sharing sequences' step with k (acceptances `shared`, in a batch of `batch`)
   // emits more than plain steps would in its time (share_k).
   bool speculation_pays(std::span<const double> shared, int32_t k, size_t batch) const;
 
   SpecConfig config_;
-  std::array<Costs, SpecGate::kBuckets> costs_{};
+  double cost_ratio_ = kFixedCostRatio;  // draft step / target step, EMA of measurements
+  // Verify pass / plain step of the same batch size, an EMA from 1 of measurements; nothing
+  // until the gate has measured a plain step (no guess: the old behaviour).
+  std::optional<double> verify_cost_;
+  // Each measurement counts at most this much: the first verify pass of a row count pays
+  // cuBLASLt's algorithm check (~13 ms on the 7B against a ~4 ms plain step, NOTES.md v6), each
+  // new k and batch size meets one, and v held high by them switches batches off, after which
+  // only the probes (ProbeSchedule) measure it again. Verify passes measured on the
+  // H200 cost 1.2-1.6 plain steps (bf16 7B, NOTES.md v17) and 1.7 (AWQ 7B, batch 4, v12);
+  // above the cap the gate, which times whole steps, still decides.
+  static constexpr double kMaxVerifyCostSample = 2.0;
 };
 
 // A draft model loaded for a decode stage: its weights, its runner and its own KV pool.

@@ -67,11 +67,6 @@ class SpecGate {
   // v15) where its time per token halves from one end of the bucket to the other.
   std::optional<double> plain_step_ms(int32_t batch_size) const;
 
-  // Batch sizes 1, 2-3, 4-7, ..., 1024 and above: one bucket each. DraftLengthPolicy keeps its
-  // costs in the same buckets.
-  static constexpr size_t kBuckets = 12;
-  static size_t bucket_of(int32_t batch_size);
-
  private:
   // The last kWindow steps' milliseconds and emitted tokens, and how many were observed.
   struct Samples {
@@ -107,9 +102,10 @@ class SpecGate {
     int64_t next_probe = -1;
     int64_t probe_period = kProbePeriod;
   };
+  static size_t bucket_of(int32_t batch_size);
   static bool clear_win(const Bucket& b);
 
-  std::array<Bucket, kBuckets> buckets_{};
+  std::array<Bucket, 12> buckets_{};  // batch sizes 1, 2-3, 4-7, ..., 1024 and above
 };
 
 }  // namespace tandem

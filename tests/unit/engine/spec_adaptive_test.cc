@@ -79,7 +79,7 @@ double adaptive_speedup(double a, int tokens, uint32_t seed) {
       step_ms = (draft + verify_ms(k)) * jitter(rng);
       step_tokens = accepted + 1;
       observe_acceptance(seq, k, accepted);
-      policy.observe_costs(1, draft / k, verify_ms(k), k, gate.plain_step_ms(1));
+      policy.observe_costs(draft / k, verify_ms(k), gate.plain_step_ms(1));
       // All accepted: the last proposal's K/V and the bonus token; else the correction token.
       lag = accepted == k ? 2 : 1;
     }
@@ -116,104 +116,5 @@ TEST_CASE("adaptive speculation at batch 1: never much slower than plain where d
   for (const double a : {0.0, 0.1, 0.2}) {
     CAPTURE(a);
     CHECK(mean_adaptive_speedup(a, 200) >= 0.9);
-  }
-}
-
-namespace {
-
-// A batch's costs on the H100 (the 7B + 0.5B pattern pair, NOTES.md v59, call A), in ms: a plain
-// step, a verify pass's growth per proposal a sequence, a draft round of the whole batch.
-struct BatchCosts {
-  int32_t batch;
-  double plain_ms, growth_ms, round_ms;
-};
-constexpr BatchCosts kBatch32{32, 5.63, (7.52 - 5.63) / 4, 1.0};
-constexpr BatchCosts kBatch64{64, 6.2, (9.7 - 6.2) / 4, 1.14};
-
-// The best fixed k's speed-up over plain decoding under these costs, every sequence proposing.
-double best_fixed(const BatchCosts& c, double a) {
-  double best = 1.0;
-  for (int32_t k = 1; k <= 8; ++k) {
-    const double step = c.plain_ms + k * (c.growth_ms + c.round_ms);
-    best = std::max(best, expected_tokens(a, k) * c.plain_ms / step);
-  }
-  return best;
-}
-
-// `steps` steps of a batch that never drains (a server's steady state): the gate and the
-// policy as SpecDecoder::step drives them, each sequence's acceptance drawn. Returns the
-// tokens a millisecond over plain decoding's.
-double adaptive_batch_speedup(const BatchCosts& c, double a, int steps, uint32_t seed) {
-  SpecConfig config;
-  config.max_batch = 1024;
-  DraftLengthPolicy policy(config);
-  SpecGate gate;
-  ProbeSchedule probes;
-  std::vector<Sequence> seqs(size_t(c.batch));
-  std::vector<Sequence*> batch;
-  for (Sequence& s : seqs) batch.push_back(&s);
-  std::mt19937 rng(seed);
-  std::bernoulli_distribution accept(a);
-  std::normal_distribution<double> jitter(1.0, 0.01);
-  int64_t emitted = 0;
-  double ms = 0;
-  for (int s = 0; s < steps; ++s) {
-    std::vector<int32_t> ks(batch.size(), 0);
-    if (gate.speculate(c.batch)) {
-      const bool probe = probes.next_step();
-      for (size_t i = 0; i < batch.size(); ++i) ks[i] = policy.choose(*batch[i], c.batch, probe);
-      policy.share_k(batch, ks, probe);
-      if (!probe && *std::max_element(ks.begin(), ks.end()) > 0) probes.speculated();
-    }
-    const int32_t max_k = *std::max_element(ks.begin(), ks.end());
-    int64_t tokens = 0, proposed = 0;
-    double step_ms = c.plain_ms;
-    if (max_k == 0) {
-      tokens = c.batch;
-    } else {
-      for (size_t i = 0; i < batch.size(); ++i) {
-        if (ks[i] == 0) {
-          ++tokens;
-          continue;
-        }
-        int32_t accepted = 0;
-        while (accepted < ks[i] && accept(rng)) ++accepted;
-        observe_acceptance(*batch[i], ks[i], accepted);
-        tokens += accepted + 1;
-        proposed += ks[i];
-      }
-      const double verify = c.plain_ms + c.growth_ms * double(proposed) / c.batch;
-      step_ms = max_k * c.round_ms + verify;
-      policy.observe_costs(c.batch, c.round_ms, verify, proposed, gate.plain_step_ms(c.batch));
-    }
-    step_ms *= jitter(rng);
-    gate.observe(c.batch, max_k > 0, step_ms, tokens);
-    emitted += tokens;
-    ms += step_ms;
-  }
-  return double(emitted) * c.plain_ms / (ms * c.batch);
-}
-
-}  // namespace
-
-TEST_CASE("adaptive speculation at batches 32 and 64 stays near the best fixed k") {
-  // 400 steps each, four seeds: 0.965-1.0 of the best fixed k, and plain decoding's speed
-  // within 0.3% where k = 1 gains 3% (batch 32, acceptance 0.3). The loss is mostly the
-  // per-sequence acceptance estimates (about the last ten positions): at 0.6 a few percent of
-  // them read below the ~0.33 where a draft stops paying, and those sequences decode plainly.
-  // With the verify pass taken as one plain step in the choice of k (before NOTES.md v59):
-  // 0.89-0.95 of the best at batch 64 (k = 3 at acceptance 0.6, 1.10x where k = 1 gives
-  // 1.21x; k = 4 at 0.75), and 0.98 of plain decoding at batch 32 and acceptance 0.3.
-  for (const BatchCosts& c : {kBatch32, kBatch64}) {
-    for (const double a : {0.3, 0.6, 0.75, 0.9}) {
-      CAPTURE(c.batch);
-      CAPTURE(a);
-      const double best = best_fixed(c, a);
-      CAPTURE(best);
-      double sum = 0;
-      for (uint32_t seed = 0; seed < 4; ++seed) sum += adaptive_batch_speedup(c, a, 400, seed);
-      // Near the break-even, plain decoding's speed within 1%.
-      CHECK(sum / 4 >= (best < 1.05 ? 0.99 : 0.95 * best));
-    }
   }
 }

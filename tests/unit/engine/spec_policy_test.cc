@@ -70,8 +70,8 @@ TEST_CASE("draft length: long drafts at high acceptance, none where drafts fail"
   config.draft_max = 8;
   DraftLengthPolicy policy(config);
   // A draft step at ~0.16 of a verify pass, as measured for the bf16 Qwen2.5 7B + 0.5B pair.
-  for (int i = 0; i < 200; ++i) policy.observe_costs(1, 0.8, 5.0, 8);
-  CHECK(policy.cost_ratio(1) == doctest::Approx(0.16).epsilon(0.01));
+  for (int i = 0; i < 200; ++i) policy.observe_costs(0.8, 5.0);
+  CHECK(policy.cost_ratio() == doctest::Approx(0.16).epsilon(0.01));
   Sequence seq;
   seq.spec_acceptance = estimate(0.92, 8, 400, 3);
   CHECK(policy.choose(seq, 1) == 8);
@@ -89,7 +89,7 @@ TEST_CASE("draft length: sequences whose drafts are off probe on the batch's pro
   config.draft_max = 8;
   config.draft_min = 2;
   DraftLengthPolicy policy(config);
-  for (int i = 0; i < 200; ++i) policy.observe_costs(4, 0.8, 5.0, 4 * 8);
+  for (int i = 0; i < 200; ++i) policy.observe_costs(0.8, 5.0);
   Sequence seq;
   seq.spec_acceptance = 0.05;
   for (int32_t steps = 0; steps < 40; ++steps) {
@@ -147,7 +147,7 @@ TEST_CASE("draft length: one k for the batch, reproducible sequences keep their 
   SpecConfig config;
   config.draft_max = 8;
   DraftLengthPolicy policy(config);
-  for (int i = 0; i < 200; ++i) policy.observe_costs(4, 0.8, 5.0, 4 * 8);  // c = 0.16
+  for (int i = 0; i < 200; ++i) policy.observe_costs(0.8, 5.0);  // c = 0.16
   Sequence good, poor, failing, seeded;
   good.spec_acceptance = 0.95;
   poor.spec_acceptance = 0.5;
@@ -173,13 +173,13 @@ TEST_CASE("draft length: one k for the batch, reproducible sequences keep their 
   };
   // The shared k maximises the pair's expected tokens over the step's cost...
   auto gain = [&](int32_t k) {
-    return (tokens(0.95, k) + tokens(0.5, k)) / (1.0 + k * policy.cost_ratio(4));
+    return (tokens(0.95, k) + tokens(0.5, k)) / (1.0 + k * policy.cost_ratio());
   };
   CHECK(ks[0] == ks[1]);
   for (int32_t k = 1; k <= 8; ++k) CHECK(gain(ks[0]) >= gain(k));
   // ... and beats the sequences' own choices, whose step pays max(k) draft rounds anyway.
   const double own_gain = (tokens(0.95, own[0]) + tokens(0.5, own[1])) /
-                          (1.0 + std::max(own[0], own[1]) * policy.cost_ratio(4));
+                          (1.0 + std::max(own[0], own[1]) * policy.cost_ratio());
   CHECK(gain(ks[0]) > own_gain);
   CHECK(ks[2] == 0);         // drafts that fail stay off
   CHECK(ks[3] == seeded_k);  // the seeded sequence's tokens must not depend on the batch
@@ -193,27 +193,16 @@ TEST_CASE("draft length: one k for the batch, reproducible sequences keep their 
 
 namespace {
 
-// What the decoder measured at one batch size, in ms: a plain step (the gate's), a draft round
-// and a verify pass of k proposals a sequence.
-struct Measured {
-  int32_t batch;
-  double plain_ms, draft_ms, verify_ms;
-  int32_t k;
-};
-// The 7B + 0.5B pattern pair on an H100 (NOTES.md v59, call A): at batch 64 a verify pass of
-// 64 x 5 rows costs 1.56 plain steps, at batch 1 one of 5 rows 1.03.
-constexpr Measured kBatch64{64, 6.2, 1.14, 9.7, 4};
-constexpr Measured kBatch1{1, 4.85, 0.45, 4.98, 4};
-
-// A policy after `m`'s steps, each EMA settled; without a plain step where `plain` is false.
-DraftLengthPolicy measured_policy(const Measured& m, bool plain = true) {
+// A policy with a draft round at `c` of a verify pass and, where `verify_cost` is set, a verify
+// pass at that many of the gate's plain steps, as SpecDecoder feeds them (each EMA settled).
+DraftLengthPolicy measured_policy(double c, std::optional<double> verify_cost) {
   SpecConfig config;
   config.draft_max = 8;
-  config.max_batch = 1024;
   DraftLengthPolicy policy(config);
+  const double plain_ms = 4.0, verify_ms = 4.0 * verify_cost.value_or(1.0);
   for (int i = 0; i < 300; ++i) {
-    policy.observe_costs(m.batch, m.draft_ms, m.verify_ms, int64_t(m.batch) * m.k,
-                         plain ? std::optional(m.plain_ms) : std::nullopt);
+    policy.observe_costs(c * verify_ms, verify_ms,
+                         verify_cost ? std::optional(plain_ms) : std::nullopt);
   }
   return policy;
 }
@@ -239,122 +228,87 @@ std::vector<int32_t> batch_ks(const DraftLengthPolicy& policy,
   return ks;
 }
 
-double expected(double a, int32_t k) {  // E(a, k)
-  double sum = 0, term = 1;
-  for (int32_t i = 0; i <= k; ++i, term *= a) sum += term;
-  return sum;
-}
-
-// The speed-up over plain decoding of every sequence of `m`'s batch proposing k at acceptance
-// a, with a verify pass that grows linearly in k from the plain step (the measured line).
-double modelled_speedup(const Measured& m, double a, int32_t k) {
-  const double growth = (m.verify_ms - m.plain_ms) / m.k;
-  return expected(a, k) * m.plain_ms / (m.plain_ms + k * (growth + m.draft_ms));
-}
+// The costs of NOTES.md v17's call 3 (batch 16 on the H200): a draft round at 0.155 of a
+// verify pass, a verify pass at 1.35 plain steps.
+constexpr double kDraftCost = 0.155;
+constexpr double kVerifyCost = 1.35;
 
 }  // namespace
 
-TEST_CASE("step costs: per batch-size bucket; d and g once the gate measured a plain step") {
-  DraftLengthPolicy policy = measured_policy(kBatch64, /*plain=*/false);
-  CHECK(policy.cost_ratio(64) == doctest::Approx(1.14 / 9.7).epsilon(0.01));
-  CHECK(policy.draft_cost(64) == 0.0);  // no plain step: nothing measured, no guess
-  CHECK(policy.verify_growth(64) == 0.0);
-  CHECK(policy.step_cost(64, 4, 64) == doctest::Approx(1.0 + 4 * 1.14 / 9.7).epsilon(0.01));
-  // Other buckets keep the starting ratio: a batch of 64 says nothing about a batch of 1.
-  CHECK(policy.cost_ratio(1) == DraftLengthPolicy::kFixedCostRatio);
-  CHECK(policy.cost_ratio(32) == DraftLengthPolicy::kFixedCostRatio);
-  CHECK(policy.cost_ratio(127) == doctest::Approx(1.14 / 9.7).epsilon(0.01));  // same bucket
-
-  // The first plain-step measurement sets d and g; later ones average in.
-  policy.observe_costs(64, 1.14, 9.7, 64 * 4, 6.2);
-  CHECK(policy.draft_cost(64) == doctest::Approx(1.14 / 6.2));
-  CHECK(policy.verify_growth(64) == doctest::Approx((9.7 / 6.2 - 1.0) / 4));
-  // Half the batch proposing 8 each: the same rows beyond the batch's, the same growth.
-  policy.observe_costs(64, 1.14, 9.7, 32 * 8, 6.2);
-  CHECK(policy.verify_growth(64) == doctest::Approx((9.7 / 6.2 - 1.0) / 4));
-  // The step's cost in plain steps at another k, and with fewer sequences sharing it.
-  const double d = 1.14 / 6.2, g = (9.7 / 6.2 - 1.0) / 4;
-  CHECK(policy.step_cost(64, 2, 64) == doctest::Approx(1.0 + 2 * (d + g)));
-  CHECK(policy.step_cost(64, 2, 16) == doctest::Approx(1.0 + 2 * (d + g / 4)));
-  // At k = 4 it is the measured step: (9.7 + 4 x 1.14) / 6.2.
-  CHECK(policy.step_cost(64, 4, 64) == doctest::Approx((9.7 + 4 * 1.14) / 6.2));
-
-  // A first use of a row count (a cuBLASLt algorithm check: 40 ms here) counts as a growth of
-  // kMaxGrowthSample; a verify pass measured below the plain step as none.
-  DraftLengthPolicy outlier = measured_policy(kBatch1);
-  outlier.observe_costs(1, 0.45, 40.0, 4, 4.85);
-  const double settled = (4.98 / 4.85 - 1.0) / 4;
-  CHECK(outlier.verify_growth(1) ==
-        doctest::Approx(0.9 * settled + 0.1 * DraftLengthPolicy::kMaxGrowthSample));
-  DraftLengthPolicy below = measured_policy(kBatch1);
-  below.observe_costs(1, 0.45, 4.0, 4, 4.85);
-  CHECK(below.verify_growth(1) == doctest::Approx(0.9 * settled));
-  // No proposal, no sample.
-  below.observe_costs(1, 0.45, 4.0, 0, 4.85);
-  CHECK(below.verify_growth(1) == doctest::Approx(0.9 * settled));
+TEST_CASE("verify cost: 1 until the gate measured a plain step, then an average of verify/plain") {
+  SpecConfig config;
+  DraftLengthPolicy policy(config);
+  for (int i = 0; i < 50; ++i) policy.observe_costs(0.8, 5.4);  // no plain step measured
+  CHECK(policy.verify_cost() == 1.0);
+  policy.observe_costs(0.8, 5.4, 4.0);  // the first: the average starts from 1
+  CHECK(policy.verify_cost() == doctest::Approx(0.9 + 0.1 * 1.35));
+  for (int i = 0; i < 200; ++i) policy.observe_costs(0.8, 5.4, 4.0);
+  CHECK(policy.verify_cost() == doctest::Approx(1.35));
+  // A first use of a row count (a cuBLASLt algorithm check: 40 ms here) counts as 2 plain steps.
+  policy.observe_costs(0.8, 40.0, 4.0);
+  CHECK(policy.verify_cost() == doctest::Approx(0.9 * 1.35 + 0.1 * 2.0));
+  // Nothing measured, nothing fed.
+  policy.observe_costs(0.8, 5.4, std::nullopt);
+  CHECK(policy.verify_cost() == doctest::Approx(0.9 * 1.35 + 0.1 * 2.0));
 }
 
-TEST_CASE("draft length at batch 64: the verify pass's growth with k keeps drafts short") {
-  // At acceptance 0.6 the measured line makes k = 1 the best (1.20x) and k = 3, what a verify
-  // pass taken as one plain step picks, 1.09x; k = 4 ran 0.83x end to end on the H100.
-  const DraftLengthPolicy policy = measured_policy(kBatch64);
-  for (const double a : {0.6, 0.75, 0.9}) {
-    CAPTURE(a);
-    const std::vector<int32_t> ks = batch_ks(policy, std::vector<double>(64, a));
-    int32_t best = 1;
-    for (int32_t k = 1; k <= 8; ++k) {
-      if (modelled_speedup(kBatch64, a, k) > modelled_speedup(kBatch64, a, best)) best = k;
-    }
-    CAPTURE(best);
-    CHECK(ks == std::vector<int32_t>(64, best));
+TEST_CASE("batch verify cost: batch 16 at acceptance 0.5 decodes plainly at v = 1.35") {
+  const std::vector<double> half(16, 0.5);
+  // Each sequence: E(0.5, 2) = 1.75 tokens a step, against 1.35 x (1 + 2 x 0.155) = 1.77.
+  CHECK(batch_ks(measured_policy(kDraftCost, kVerifyCost), half) == std::vector<int32_t>(16, 0));
+  // The old choice, where a verify pass costs one plain step...
+  CHECK(batch_ks(measured_policy(kDraftCost, std::nullopt), half) == std::vector<int32_t>(16, 2));
+  // ... and where the gate measured it at the batch-1 figure, 1.2: 1.75 > 1.57, still on.
+  CHECK(batch_ks(measured_policy(kDraftCost, 1.2), half) == std::vector<int32_t>(16, 2));
+}
+
+TEST_CASE("batch verify cost: acceptance 0.7-0.9 keeps speculating at v = 1.35 and 1.6") {
+  for (const double v : {kVerifyCost, 1.6}) {
+    CAPTURE(v);
+    const DraftLengthPolicy policy = measured_policy(kDraftCost, v);
+    // E(0.7, 3) = 2.53 against 1.6 x 1.465 = 2.34; E(0.9, 8) = 6.13 against 1.6 x 2.24 = 3.58.
+    CHECK(batch_ks(policy, std::vector<double>(16, 0.7)) == std::vector<int32_t>(16, 3));
+    CHECK(batch_ks(policy, std::vector<double>(16, 0.8)) == std::vector<int32_t>(16, 5));
+    CHECK(batch_ks(policy, std::vector<double>(16, 0.9)) == std::vector<int32_t>(16, 8));
   }
-  CHECK(batch_ks(policy, std::vector<double>(64, 0.6)) == std::vector<int32_t>(64, 1));
-  CHECK(batch_ks(policy, std::vector<double>(64, 0.9)) == std::vector<int32_t>(64, 5));
-  // Before a plain step is measured: the verify pass as one plain step, k = 3.
-  CHECK(batch_ks(measured_policy(kBatch64, false), std::vector<double>(64, 0.6)) ==
-        std::vector<int32_t>(64, 3));
-  // Where no k pays, plain decoding: at 0.3 k = 1 emits 1.3 tokens for 1.33 plain steps.
-  CHECK(modelled_speedup(kBatch64, 0.3, 1) < 1.0);
-  CHECK(batch_ks(policy, std::vector<double>(64, 0.3)) == std::vector<int32_t>(64, 0));
 }
 
-TEST_CASE("draft length at batch 1: the verify pass barely grows, long drafts stay") {
-  const DraftLengthPolicy policy = measured_policy(kBatch1);
-  CHECK(policy.verify_growth(1) == doctest::Approx((4.98 / 4.85 - 1.0) / 4));
-  Sequence seq;
-  seq.spec_acceptance = 0.8;
-  CHECK(policy.choose(seq, 1) == 6);
-  seq.spec_acceptance = 0.9;
-  CHECK(policy.choose(seq, 1) == 8);
-}
-
-TEST_CASE("batch costs: the sequences that do not share k count at one token a step") {
-  // One sequence at 0.9 among 63 whose drafts fail: the batch's step would emit ~4 tokens more
-  // than a plain step's 64, for the cost of ~1.9 plain steps: plain decoding.
-  std::vector<double> acceptance(64, 0.05);
+TEST_CASE("batch verify cost: the sequences that do not share k count at one token a step") {
+  // One sequence at 0.9 among 15 whose drafts fail: alone it chose k = 8, and before a plain
+  // step was measured it keeps it...
+  std::vector<double> acceptance(16, 0.05);
   acceptance[0] = 0.9;
-  CHECK(batch_ks(measured_policy(kBatch64), acceptance) == std::vector<int32_t>(64, 0));
-  // Before a plain step is measured, the lone sequence keeps its own choice.
-  CHECK(batch_ks(measured_policy(kBatch64, false), acceptance)[0] > 0);
+  std::vector<int32_t> one_on(16, 0);
+  one_on[0] = 8;
+  CHECK(batch_ks(measured_policy(kDraftCost, std::nullopt), acceptance) == one_on);
+  // ... but the batch's step emits 6.1 + 15 tokens for 16 sequences' 2.24 plain steps (even at
+  // v = 1): plain decoding.
+  CHECK(batch_ks(measured_policy(kDraftCost, 1.0), acceptance) == std::vector<int32_t>(16, 0));
+  CHECK(batch_ks(measured_policy(kDraftCost, kVerifyCost), acceptance) ==
+        std::vector<int32_t>(16, 0));
   // A seeded sampled sequence keeps its own k whatever the batch does (its tokens must not
   // depend on timings), and counts as not sharing.
-  std::vector<double> with_seeded(64, 0.3);
-  with_seeded[63] = 0.9;
-  std::vector<bool> seeded(64, false);
-  seeded[63] = true;
-  std::vector<int32_t> seeded_on(64, 0);
-  seeded_on[63] = 8;
-  CHECK(batch_ks(measured_policy(kBatch64), with_seeded, false, seeded) == seeded_on);
+  std::vector<double> with_seeded(16, 0.5);
+  with_seeded[15] = 0.9;
+  std::vector<bool> seeded(16, false);
+  seeded[15] = true;
+  std::vector<int32_t> seeded_on(16, 0);
+  seeded_on[15] = 8;
+  CHECK(batch_ks(measured_policy(kDraftCost, kVerifyCost), with_seeded, false, seeded) ==
+        seeded_on);
+  std::vector<int32_t> all_on(16, 2);
+  all_on[15] = 8;
+  CHECK(batch_ks(measured_policy(kDraftCost, std::nullopt), with_seeded, false, seeded) == all_on);
 }
 
-TEST_CASE("batch costs: a probe step speculates, so acceptance estimates can recover") {
-  const DraftLengthPolicy policy = measured_policy(kBatch64);
-  const std::vector<double> low(64, 0.3);
-  CHECK(batch_ks(policy, low, /*probe=*/false) == std::vector<int32_t>(64, 0));
-  CHECK(batch_ks(policy, low, /*probe=*/true) == std::vector<int32_t>(64, 1));
+TEST_CASE("batch verify cost: a probe step speculates, so acceptance estimates can recover") {
+  const DraftLengthPolicy policy = measured_policy(kDraftCost, kVerifyCost);
+  const std::vector<double> half(16, 0.5);
+  CHECK(batch_ks(policy, half, /*probe=*/false) == std::vector<int32_t>(16, 0));
+  CHECK(batch_ks(policy, half, /*probe=*/true) == std::vector<int32_t>(16, 2));
   // Sequences whose drafts are off probe with draft_min and share the batch's k.
-  std::vector<double> mixed(64, 0.3);
+  std::vector<double> mixed(16, 0.5);
   mixed[0] = 0.05;
-  CHECK(batch_ks(policy, mixed, /*probe=*/false) == std::vector<int32_t>(64, 0));
-  CHECK(batch_ks(policy, mixed, /*probe=*/true) == std::vector<int32_t>(64, 1));
+  CHECK(batch_ks(policy, mixed, /*probe=*/false) == std::vector<int32_t>(16, 0));
+  CHECK(batch_ks(policy, mixed, /*probe=*/true) == std::vector<int32_t>(16, 2));
 }
