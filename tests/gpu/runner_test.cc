@@ -353,55 +353,6 @@ TEST_CASE("CUDA runner: overlapped single-token launches give the plain launches
   }
 }
 
-TEST_CASE("CUDA runner: a graph held at another attention slice count is updated in place") {
-  // At head size 128 the decode attention takes a slice a 32-key tile, so a sequence's one-token
-  // step meets a new slice count every 32 tokens. The graph held for the shape is updated from
-  // the new capture (or instantiated anew where its kernels differ) rather than captured as
-  // another shape: the logits keep the eager launches' bits at every step, and the steps across
-  // five slice counts hold one graph, updated at least once.
-  TinyModel m = make_tiny(128);
-  const RunnerOptions opts = tiny_options();
-  std::vector<int32_t> prompt;
-  for (int i = 0; i < 20; ++i) prompt.push_back((i * 37 + 11) % 290);
-  std::vector<int32_t> pages;
-  for (int32_t p = 0; p < 10; ++p) pages.push_back((p * 7 + 3) % 64);  // 160 tokens
-  // The logits of every step, and the runner.
-  auto run = [&](bool graphs) {
-    auto created = CudaRunner::create(m.config, m.weights, opts);
-    REQUIRE(created.ok());
-    std::unique_ptr<CudaRunner> r = std::move(*created);
-    r->set_use_graphs(graphs);
-    std::vector<int32_t> seq = prompt;
-    std::vector<float> all, logits(size_t(m.config.vocab_size));
-    SeqSlice s{0, 20, 20, pages};
-    std::vector<int32_t> rows = {19};
-    r->forward(ForwardBatch{seq, std::span(&s, 1), rows});
-    for (int step = 0; step < 120; ++step) {  // contexts 21-140: 1 to 5 tiles
-      r->copy_logits(logits);
-      all.insert(all.end(), logits.begin(), logits.end());
-      seq.push_back(int32_t(argmax(logits, 290)));
-      const std::vector<int32_t> token = {seq.back()};
-      s = SeqSlice{0, 1, int32_t(seq.size()), pages};
-      rows = {0};
-      r->forward(ForwardBatch{token, std::span(&s, 1), rows});
-    }
-    r->copy_logits(logits);
-    CHECK(rel_error(logits, reference_logits(m, seq)) < 1e-2);
-    all.insert(all.end(), logits.begin(), logits.end());
-    return std::make_pair(std::move(all), std::move(r));
-  };
-  const auto [eager, eager_runner] = run(false);
-  const auto [replayed, graphed] = run(true);
-  REQUIRE(eager.size() == replayed.size());
-  CHECK(std::memcmp(eager.data(), replayed.data(), eager.size() * sizeof(float)) == 0);
-  CHECK(eager_runner->memory_plan().graph_count == 0);
-  // The prompt's 20-token forward is a shape of its own (a graph too); the one-token steps are
-  // one shape at five slice counts: at most one capture each, some of them updates.
-  CHECK(graphed->memory_plan().graphs_held <= 2);
-  CHECK(graphed->graph_updates() >= 1);
-  CHECK(graphed->graph_updates() + graphed->memory_plan().graph_count <= 6);
-}
-
 TEST_CASE("CUDA runner: decode steps fed on the device give the synchronous tokens and bits") {
   // --async-decode's runner half: sample_async() leaves the ids on the device, the next forward
   // takes its tokens from them (ForwardBatch::fed) before the host has read them, and

@@ -122,7 +122,7 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig& config
   r->valid_vocab_ = int32_t(config.vocab_size);
   r->max_tokens_ = std::max(opts.max_batch_tokens, 1);
   r->max_seqs_ = std::max(opts.max_seqs, 1);
-  r->graphs_ = LruMap<GraphKey, HeldGraph>(size_t(opts.max_graphs));
+  r->graphs_ = LruMap<GraphKey, cudaGraphExec_t>(size_t(opts.max_graphs));
   r->max_logits_ = std::max(
       std::min(r->max_tokens_, opts.max_logit_rows > 0 ? opts.max_logit_rows : 4 * r->max_seqs_),
       1);
@@ -357,7 +357,7 @@ Status CudaRunner::make_linear_scratch() {
 }
 
 CudaRunner::~CudaRunner() {
-  graphs_.for_each([](const GraphKey&, HeldGraph& g) { cudaGraphExecDestroy(g.exec); });
+  graphs_.for_each([](const GraphKey&, cudaGraphExec_t exec) { cudaGraphExecDestroy(exec); });
   if (stream_ != nullptr) {
     cudaStreamSynchronize(stream_);
     cudaStreamDestroy(stream_);
@@ -518,66 +518,40 @@ void CudaRunner::forward(const ForwardBatch& batch) {
 
   if (use_graphs_ && ((decode_only && T <= kMaxGraphBatch) || small_q)) {
     const int32_t argmax = lm_argmax_ ? async_next_ : -1;
-    const auto key = std::make_tuple(T, L, decode_only, logits_in_place_, b, argmax, valid_ids());
-    HeldGraph* held = graphs_.find(key);
-    if (held == nullptr || held->decode_slices != decode_slices_) {
+    const auto key = std::make_tuple(T, L, decode_slices_, decode_only, logits_in_place_, b, argmax,
+                                     valid_ids());
+    cudaGraphExec_t exec = nullptr;
+    if (const cudaGraphExec_t* held = graphs_.find(key)) {
+      exec = *held;
+    } else {
       cudaGraph_t graph = nullptr;
+      // Once per batch shape, off the steady state: what the graph costs is measured.
+      size_t free_before = 0, free_after = 0, total = 0;
+      TANDEM_CUDA_CHECK(cudaMemGetInfo(&free_before, &total));
       TANDEM_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
       run_model(T, L);
       TANDEM_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
-      // The shape is held at another slice count: the same kernels with other grids and
-      // arguments, written into the held graph (launches already queued keep the old ones).
-      // That skips instantiate()'s instantiation, upload and wait: a recapture cost 1.0-1.3 ms
-      // of a 5-7 ms verify step on the H100 (NOTES.md v58), every 32 context tokens at head size
-      // 128. Where the kernels differ (a split's combine launch appearing) the update is
-      // refused and the graph instantiated anew.
-      if (held != nullptr) {
-        cudaGraphExecUpdateResultInfo info{};
-        const cudaError_t updated = cudaGraphExecUpdate(held->exec, graph, &info);
-        if (updated == cudaSuccess) {
-          held->decode_slices = decode_slices_;
-          ++graph_updates_;
-        } else {
-          if (updated != cudaErrorGraphExecUpdateFailure) TANDEM_CUDA_CHECK(updated);
-          (void)cudaGetLastError();  // the refusal is not the next call's error
-          // A released graph still in flight is freed by the driver once it completes.
-          TANDEM_CUDA_CHECK(cudaGraphExecDestroy(held->exec));
-          held->exec = instantiate(graph);
-          held->decode_slices = decode_slices_;
-        }
-      } else {
-        const HeldGraph fresh{instantiate(graph), decode_slices_};
-        if (auto evicted = graphs_.insert(key, fresh)) cudaGraphExecDestroy(evicted->second.exec);
-        graphs_held_ = int32_t(graphs_.size());
-        held = graphs_.find(key);
-      }
+      TANDEM_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
       TANDEM_CUDA_CHECK(cudaGraphDestroy(graph));
+      // The driver may put a graph's device memory in place only at its upload (the first
+      // launch otherwise): uploaded here, so that the drop below is the graph's. The drop can be 0:
+      // a graph's few KiB may land in a 2 MiB chunk the driver already holds (seen on an H100
+      // with the two metadata copies: +0 at instantiation, upload and first launch, every graph).
+      TANDEM_CUDA_CHECK(cudaGraphUpload(exec, stream_));
+      TANDEM_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      TANDEM_CUDA_CHECK(cudaMemGetInfo(&free_after, &total));
+      graph_bytes_ += int64_t(free_before) - int64_t(free_after);
+      free_after_graphs_ = int64_t(free_after);
+      ++graph_count_;
+      // A released graph still in flight is freed by the driver once it completes.
+      if (auto evicted = graphs_.insert(key, exec)) cudaGraphExecDestroy(evicted->second);
+      graphs_held_ = int32_t(graphs_.size());
     }
-    const cudaGraphExec_t exec = held->exec;
     timed([&] { TANDEM_CUDA_CHECK(cudaGraphLaunch(exec, stream_)); });
   } else {
     timed([&] { run_model(T, L); });
   }
   if (meta_stream_) TANDEM_CUDA_CHECK(cudaEventRecord(meta_read_[b], stream_));
-}
-
-cudaGraphExec_t CudaRunner::instantiate(cudaGraph_t graph) {
-  // Once per batch shape, off the steady state: what the graph costs is measured.
-  size_t free_before = 0, free_after = 0, total = 0;
-  TANDEM_CUDA_CHECK(cudaMemGetInfo(&free_before, &total));
-  cudaGraphExec_t exec = nullptr;
-  TANDEM_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  // The driver may put a graph's device memory in place only at its upload (the first launch
-  // otherwise): uploaded here, so that the drop below is the graph's. The drop can be 0: a
-  // graph's few KiB may land in a 2 MiB chunk the driver already holds (seen on an H100 with the
-  // two metadata copies: +0 at instantiation, upload and first launch, every graph).
-  TANDEM_CUDA_CHECK(cudaGraphUpload(exec, stream_));
-  TANDEM_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  TANDEM_CUDA_CHECK(cudaMemGetInfo(&free_after, &total));
-  graph_bytes_ += int64_t(free_before) - int64_t(free_after);
-  free_after_graphs_ = int64_t(free_after);
-  ++graph_count_;
-  return exec;
 }
 
 std::string CudaRunner::pci_bus_id() const {

@@ -57,9 +57,7 @@ class CudaRunner final : public ModelRunner {
     return last_interval_;
   }
   int32_t decode_rows_limit() const override { return decode_rows_limit_; }
-  int64_t graphs_captured() const override { return graph_count_.load() + graph_updates_.load(); }
-  // Captures applied to a held graph in place (another decode slice count, the same kernels).
-  int64_t graph_updates() const { return graph_updates_.load(); }
+  int64_t graphs_captured() const override { return graph_count_.load(); }
   // Multi-token forwards of up to 32 tokens replay graphs (cuda_runner.cc, kSmallQueryMaxTokens):
   // counts in 8s leave batch 16's first draft rounds two shapes (24, 32) instead of 16.
   int32_t graph_token_bucket() const override { return use_graphs_ ? 8 : 1; }
@@ -158,7 +156,6 @@ class CudaRunner final : public ModelRunner {
   std::atomic<int64_t> free_after_graphs_{0};  // driver free bytes after the last one
   std::atomic<int32_t> graph_count_{0};
   std::atomic<int32_t> graphs_held_{0};
-  std::atomic<int64_t> graph_updates_{0};
 
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<kernels::GemmContext> gemm_;
@@ -245,20 +242,11 @@ class CudaRunner final : public ModelRunner {
   DeviceAcceptance acceptance_;
   int32_t num_logits_ = 0;
 
-  // tokens, logits, one query token a sequence, logits in place, metadata copy, the lm_head's
-  // argmax (-1 none, else async_next_, whose buffer is in the graph's launch) and the ids it
-  // scores (valid_ids()); at most RunnerOptions::max_graphs of them (set in create). The decode
-  // attention's slice count is not in the key: it grows with the context (at head size 128 a
-  // slice a 32-key tile), and a graph held for another count is updated in place from a new
-  // capture (cudaGraphExecUpdate) where only kernel parameters and grids differ.
-  using GraphKey = std::tuple<int32_t, int32_t, bool, bool, int32_t, int32_t, int32_t>;
-  // An executable graph from a capture, uploaded, its device memory counted in graph_bytes_.
-  cudaGraphExec_t instantiate(cudaGraph_t graph);
-  struct HeldGraph {
-    cudaGraphExec_t exec = nullptr;
-    int32_t decode_slices = 0;  // the count its kernels were captured with
-  };
-  LruMap<GraphKey, HeldGraph> graphs_{1};
+  // tokens, logits, splits, one query token a sequence, logits in place, metadata copy, the
+  // lm_head's argmax (-1 none, else async_next_, whose buffer is in the graph's launch) and the
+  // ids it scores (valid_ids()); at most RunnerOptions::max_graphs of them (set in create)
+  using GraphKey = std::tuple<int32_t, int32_t, int32_t, bool, bool, int32_t, int32_t, int32_t>;
+  LruMap<GraphKey, cudaGraphExec_t> graphs_{1};
 };
 
 }  // namespace tandem
