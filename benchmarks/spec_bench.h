@@ -58,6 +58,13 @@ struct SpecRun {
   // cancels a drift that is linear in time (batch 64: plain 4.846 ms before, 4.950 after, the
   // plain-routed adaptive run 4.944 between them; H200, NOTES.md v16).
   double speedup_bracketed = 0;
+  // tok/s over the timed steps in which every sequence was still decoding, and over the plain
+  // run's tok/s: what a server that keeps its batch full would see. A closed batch's sequences
+  // finish at different steps when they speculate, and its last steps run a few sequences at
+  // nearly a full step's cost: batch 64 at acceptance ~0.6 and k = 4 emitted 2.28 tokens a
+  // sequence step, ~1.02x with the batch full, 0.83x end to end (H100, NOTES.md v59).
+  double full_batch_tok_per_s = 0;
+  double full_batch_speedup = 0;
   bool outputs_match = false;  // greedy only (null in the JSON when sampled)
   // CUDA graphs the runners captured during the timed steps (0 in a steady state; each capture
   // costs milliseconds inside a step's time).

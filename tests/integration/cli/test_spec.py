@@ -129,6 +129,15 @@ class BenchSpecTest(unittest.TestCase):
                 self.assertAlmostEqual(s["speedup_bracketed"],
                                        s["tok_per_s"] * bracket_ms / (1000 * b["batch_size"]),
                                        delta=1e-6 * s["speedup_bracketed"])
+                # The steps with every sequence still decoding: at batch 1 every timed step;
+                # at batch 4 (16 tokens, at most k + 1 a step) at least the first.
+                self.assertGreater(s["full_batch_tok_per_s"], 0)
+                self.assertAlmostEqual(s["full_batch_speedup"],
+                                       s["full_batch_tok_per_s"] / b["plain"]["tok_per_s"],
+                                       delta=1e-6 * s["full_batch_speedup"])
+                if b["batch_size"] == 1:
+                    self.assertAlmostEqual(s["full_batch_tok_per_s"], s["tok_per_s"],
+                                           delta=1e-9 * s["tok_per_s"])
                 self.assertGreater(s["verify_ms"], 0)
                 self.assertGreaterEqual(s["tokens_per_step"], 1)
                 self.assertLessEqual(s["acceptance_rate"], 1)
