@@ -62,7 +62,8 @@ struct SpecRun {
   // run's tok/s: what a server that keeps its batch full would see. A closed batch's sequences
   // finish at different steps when they speculate, and its last steps run a few sequences at
   // nearly a full step's cost: batch 64 at acceptance ~0.6 and k = 4 emitted 2.28 tokens a
-  // sequence step, ~1.02x with the batch full, 0.83x end to end (H100, NOTES.md v59).
+  // sequence step, which would be ~1.02x with the batch full, and ran 0.83x end to end (H100,
+  // NOTES.md v59).
   double full_batch_tok_per_s = 0;
   double full_batch_speedup = 0;
   bool outputs_match = false;  // greedy only (null in the JSON when sampled)
