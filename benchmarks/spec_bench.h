@@ -61,9 +61,8 @@ struct SpecRun {
   // tok/s over the timed steps in which every sequence was still decoding, and over the plain
   // run's tok/s: what a server that keeps its batch full would see. A closed batch's sequences
   // finish at different steps when they speculate, and its last steps run a few sequences at
-  // nearly a full step's cost: batch 64 at acceptance ~0.6 and k = 4 emitted 2.28 tokens a
-  // sequence step, which would be ~1.02x with the batch full, and ran 0.83x end to end (H100,
-  // NOTES.md v59).
+  // nearly a full step's cost: batch 64 at acceptance ~0.6 (H100, NOTES.md v59), adaptive
+  // 0.875x end to end and 1.045x with the batch full, fixed k = 4 0.834x and 0.933x.
   double full_batch_tok_per_s = 0;
   double full_batch_speedup = 0;
   bool outputs_match = false;  // greedy only (null in the JSON when sampled)
