@@ -183,11 +183,14 @@ void CpuRunner::lm_head(const float* rows) {
   TensorView head = *weights_.lm_head;
   head.shape[0] = scored;
   head.nbytes = size_t(scored) * size_t(head.shape[1]) * dtype_size(head.dtype);
-  std::vector<float> scores(size_t(num_logits_ * scored));  // [num_logits, scored]
-  linear(pool_, rows, num_logits_, head, nullptr, scores.data());
-  for (int64_t i = 0; i < num_logits_; ++i) {
+  // The scores land packed ([num_logits, scored] at the front of logits_) and each row moves
+  // to its place, last first: row i's place starts at i * vocab, past every earlier row's
+  // packed scores, so no row is overwritten before it moves.
+  linear(pool_, rows, num_logits_, head, nullptr, logits_.data());
+  for (int64_t i = num_logits_ - 1; i >= 0; --i) {
     float* row = &logits_[size_t(i * vocab)];
-    std::copy_n(&scores[size_t(i * scored)], scored, row);
+    const float* packed = &logits_[size_t(i * scored)];
+    if (i > 0) std::copy_backward(packed, packed + scored, row + scored);  // row 0 is in place
     std::fill(row + scored, row + vocab, -std::numeric_limits<float>::infinity());
   }
 }
