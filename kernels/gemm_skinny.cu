@@ -4,7 +4,6 @@
 #include <set>
 #include <utility>
 
-#include "block_reduce.cuh"
 #include "cuda_check.cuh"
 #include "device_info.cuh"
 #include "env_knob.h"
@@ -41,92 +40,28 @@ __device__ __forceinline__ int swizzled(int row, int piece, int chunk) {
   return row * chunk + ((piece ^ (row & 7)) << 3);
 }
 
-enum class Epilogue { kStore, kSwiglu, kRope, kAdd };
+enum class Epilogue { kStore, kSwiglu, kRope };
 
-// The RMS-normalised residual rows (NormedRows) as the block's token rows, staged once into
-// shared memory in the ring's chunk layout: chunk c's [kTokens, kChunk] tile at c · kXElems,
-// swizzled as a ring stage's. Row t is bf16(residual[t] · rsqrt(mean(residual[t]²) + eps) ·
-// weight), stage_normed's formula and rounding (gemv_warp.cuh); tokens past m and features past k
-// are zeros. A warp takes whole rows and keeps a row's loads in registers for both passes (the
-// sum of squares, the scaled stores), so a row costs one round trip to L2 and the block one
-// barrier. k <= kSkinnyNormMaxK, so the padded row is at most kMaxPieces 8-feature pieces a lane.
-template <int kChunk, int kTokens>
-__device__ __forceinline__ void stage_normed_chunks(const NormedRows& in, int m, int k,
-                                                    __nv_bfloat16* __restrict__ staged) {
-  constexpr int kPieces = kChunk / 8;
-  constexpr int kMaxPieces = kSkinnyNormMaxK / 8 / 32;
-  static_assert(kSkinnyNormMaxK % kChunk == 0, "a padded row fits kMaxPieces a lane");
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
-  const int pieces = (k + kChunk - 1) / kChunk * kPieces;  // 8-feature pieces a padded row
-  const float4* weight = reinterpret_cast<const float4*>(in.weight);
-  for (int t = warp; t < kTokens; t += warps) {
-    const float4* row = reinterpret_cast<const float4*>(in.residual + int64_t(t) * k);
-    float4 v[kMaxPieces][2];
-    float ss = 0.0f;
-#pragma unroll
-    for (int j = 0; j < kMaxPieces; ++j) {
-      const int col = (lane + 32 * j) * 8;
-      if (t < m && col < k) {
-        v[j][0] = pdl::load_input(row + col / 4);
-        v[j][1] = pdl::load_input(row + col / 4 + 1);
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          ss += v[j][h].x * v[j][h].x + v[j][h].y * v[j][h].y + v[j][h].z * v[j][h].z +
-                v[j][h].w * v[j][h].w;
-        }
-      }
-    }
-    const float inv = rsqrtf(warp_sum(ss) / float(k) + in.eps);
-#pragma unroll
-    for (int j = 0; j < kMaxPieces; ++j) {
-      const int piece = lane + 32 * j, col = piece * 8;
-      if (piece >= pieces) break;
-      uint4 packed = make_uint4(0, 0, 0, 0);
-      if (t < m && col < k) {
-        const float4 ga = __ldg(weight + col / 4), gb = __ldg(weight + col / 4 + 1);
-        const float4 a = v[j][0], b = v[j][1];
-        __nv_bfloat162* out = reinterpret_cast<__nv_bfloat162*>(&packed);
-        out[0] = __floats2bfloat162_rn(a.x * inv * ga.x, a.y * inv * ga.y);
-        out[1] = __floats2bfloat162_rn(a.z * inv * ga.z, a.w * inv * ga.w);
-        out[2] = __floats2bfloat162_rn(b.x * inv * gb.x, b.y * inv * gb.y);
-        out[3] = __floats2bfloat162_rn(b.z * inv * gb.z, b.w * inv * gb.w);
-      }
-      const int c = piece / kPieces, pc = piece % kPieces;
-      *reinterpret_cast<uint4*>(staged + c * kTokens * kChunk + swizzled(t, pc, kChunk)) = packed;
-    }
-  }
-  __syncthreads();
-}
-
-// n: output rows (kStore, kAdd), the gate|up width (kSwiglu) or the q|k|v rows' rotary pairs
-// (kRope: (H + 2 KVH) · D / 2). kAdd adds each bf16-rounded output into y (fp32: the residual
-// stream), as launch_add_rmsnorm adds a projection. kNorm: the token rows are RMSNorm(in.residual)
-// (stage_normed_chunks) instead of x, staged after the ring in shared memory. kSwiglu tiles hold 8
-// gate rows and the 8 up rows of the same outputs, kRope's dims i and i + D/2 of 8 head pairs, so
-// one lane ends up with both values it combines. `rope`: kRope's target (rope_kv.cuh), unused by
-// the others.
-template <int kChunk, int kStages, int kWarps, int kTiles, int kNTiles, Epilogue kEpi, typename Out,
-          bool kNorm>
+// n: output rows (kStore), the gate|up width (kSwiglu) or the q|k|v rows' rotary pairs (kRope:
+// (H + 2 KVH) · D / 2). kSwiglu tiles hold 8 gate rows and the 8 up rows of the same outputs,
+// kRope's dims i and i + D/2 of 8 head pairs, so one lane ends up with both values it combines.
+// `rope`: kRope's target (rope_kv.cuh), unused by the others.
+template <int kChunk, int kStages, int kWarps, int kTiles, int kNTiles, Epilogue kEpi, typename Out>
 __global__ void __launch_bounds__(kWarps * 32)
     skinny_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w,
                   int32_t m, int32_t n, int32_t k, int32_t ldy, Out* __restrict__ y,
-                  RopeKvTarget rope, bool lead, NormedRows in) {
+                  RopeKvTarget rope, bool lead) {
   using S = Shape<kChunk, kStages, kWarps, kTiles, kNTiles>;
   // `lead`: an overlapped grid resident all at once lets its successor launch at its start, as
   // the GEMVs' one-wave grids do (gemv_warp::lead_trigger); others after their loop (below).
   if (lead) pdl::allow_dependents();
   extern __shared__ uint4 smem[];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  // A stage: the chunk's weight rows, then (without kNorm) its token rows.
-  constexpr int kStage = kNorm ? S::kWElems : S::kStageElems;
-  static_assert(
-      size_t(kWarps) * kTiles * kNTiles * 32 * 16 <= size_t(kWarps) * kStages * kStage * 2,
-      "the reduction reuses the ring");
-  __nv_bfloat16* ring = reinterpret_cast<__nv_bfloat16*>(smem) + warp * kStages * kStage;
+  __nv_bfloat16* ring = reinterpret_cast<__nv_bfloat16*>(smem) + warp * kStages * S::kStageElems;
 
   // The weight row behind tile row r (-1 past the end).
   auto weight_row = [&](int r) -> int64_t {
-    if constexpr (kEpi == Epilogue::kStore || kEpi == Epilogue::kAdd) {
+    if constexpr (kEpi == Epilogue::kStore) {
       const int row = blockIdx.x * S::kRows + r;
       return row < n ? row : -1;
     } else {
@@ -142,12 +77,10 @@ __global__ void __launch_bounds__(kWarps * 32)
 
   const int chunks = (k + kChunk - 1) / kChunk;
   const int mine = warp < chunks ? (chunks - warp + kWarps - 1) / kWarps : 0;
-  // kNorm: [chunks, kTokens, kChunk] after every warp's ring.
-  __nv_bfloat16* const staged = reinterpret_cast<__nv_bfloat16*>(smem) + kWarps * kStages * kStage;
   // This warp's chunk i into ring slot i % kStages: its weight rows, then its token rows.
   auto load_w = [&](int i) {
     const int c0 = (warp + i * kWarps) * kChunk;
-    __nv_bfloat16* ws = ring + (i % kStages) * kStage;
+    __nv_bfloat16* ws = ring + (i % kStages) * S::kStageElems;
 #pragma unroll
     for (int p = lane; p < S::kRows * S::kPieces; p += 32) {
       const int r = p / S::kPieces, c = p % S::kPieces, col = c0 + c * 8;
@@ -157,9 +90,8 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
   };
   auto load_x = [&](int i) {
-    if constexpr (kNorm) return;  // the staged rows serve every chunk
     const int c0 = (warp + i * kWarps) * kChunk;
-    __nv_bfloat16* xs = ring + (i % kStages) * kStage + S::kWElems;
+    __nv_bfloat16* xs = ring + (i % kStages) * S::kStageElems + S::kWElems;
 #pragma unroll
     for (int p = lane; p < S::kTokens * S::kPieces; p += 32) {
       const int t = p / S::kPieces, c = p % S::kPieces, col = c0 + c * 8;
@@ -185,7 +117,6 @@ __global__ void __launch_bounds__(kWarps * 32)
     if (i < mine) load_x(i);
     cp_async_commit();
   }
-  if constexpr (kNorm) stage_normed_chunks<kChunk, S::kTokens>(in, m, k, staged);
   // ldmatrix lanes: A's four 8x8 matrices are (rows 0-7 | 8-15) × (features 0-7 | 8-15) of a
   // 16-feature step; B's are 8 tokens × four 8-feature pieces (two steps).
   const int q = lane >> 3, a_row = (lane & 7) + ((q & 1) << 3), a_half = q >> 1;
@@ -194,8 +125,8 @@ __global__ void __launch_bounds__(kWarps * 32)
     __syncwarp();  // every lane's copies of chunk i landed; slot (i - 1) % kStages is free
     if (i + kStages - 1 < mine) load_w(i + kStages - 1), load_x(i + kStages - 1);
     cp_async_commit();
-    const __nv_bfloat16* ws = ring + (i % kStages) * kStage;
-    const __nv_bfloat16* xs = kNorm ? staged + (warp + i * kWarps) * S::kXElems : ws + S::kWElems;
+    const __nv_bfloat16* ws = ring + (i % kStages) * S::kStageElems;
+    const __nv_bfloat16* xs = ws + S::kWElems;
 #pragma unroll
     for (int s = 0; s < kChunk / 16; s += 2) {
       uint32_t b[kNTiles][4];
@@ -247,7 +178,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       v.w += o.w;
     }
     const float vals[2][2] = {{v.x, v.y}, {v.z, v.w}};  // [row g | g + 8][token t0 | t0 + 1]
-    if constexpr (kEpi == Epilogue::kStore || kEpi == Epilogue::kAdd) {
+    if constexpr (kEpi == Epilogue::kStore) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int row = blockIdx.x * S::kRows + tile * 16 + g + 8 * h;
@@ -255,9 +186,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
           if (t0 + j >= m) continue;
-          if constexpr (kEpi == Epilogue::kAdd) {
-            y[int64_t(t0 + j) * ldy + row] += __bfloat162float(__float2bfloat16(vals[h][j]));
-          } else if constexpr (sizeof(Out) == 4) {
+          if constexpr (sizeof(Out) == 4) {
             y[int64_t(t0 + j) * ldy + row] = vals[h][j];
           } else {
             y[int64_t(t0 + j) * ldy + row] = __float2bfloat16(vals[h][j]);
@@ -292,47 +221,27 @@ struct Variant {
   size_t smem;
   template <typename Out>
   using Kernel = void (*)(const __nv_bfloat16*, const __nv_bfloat16*, int32_t, int32_t, int32_t,
-                          int32_t, Out*, RopeKvTarget, bool, NormedRows);
+                          int32_t, Out*, RopeKvTarget, bool);
   Kernel<__nv_bfloat16> store_bf16;
   Kernel<float> store_f32;
   Kernel<__nv_bfloat16> swiglu;
   Kernel<__nv_bfloat16> rope;
-  // The folded forms (a small model's norms and residual adds, CudaRunner::folds_skinny_norms):
-  // only the variants pick() takes for up to 16 tokens carry them, null elsewhere.
-  Kernel<float> add;                  // kAdd
-  Kernel<__nv_bfloat16> swiglu_norm;  // kSwiglu over NormedRows
-  Kernel<__nv_bfloat16> rope_norm;    // kRope over NormedRows
-  int chunk;                          // features a chunk: the staged rows' padding
-  size_t smem_norm;                   // a kNorm form's ring (its staged rows come on top)
 };
 
-template <int kChunk, int kStages, int kWarps, int kTiles, int kNTiles, bool kFolds = false>
+template <int kChunk, int kStages, int kWarps, int kTiles, int kNTiles>
 Variant make_variant(const char* name) {
   using S = Shape<kChunk, kStages, kWarps, kTiles, kNTiles>;
   constexpr auto store = Epilogue::kStore;
-  using Bf16 = __nv_bfloat16;
-  Variant v{name,
-            S::kRows,
-            S::kTokens,
-            kWarps * 32,
-            S::kSmemBytes,
-            skinny_kernel<kChunk, kStages, kWarps, kTiles, kNTiles, store, Bf16, false>,
-            skinny_kernel<kChunk, kStages, kWarps, kTiles, kNTiles, store, float, false>,
-            skinny_kernel<kChunk, kStages, kWarps, kTiles, kNTiles, Epilogue::kSwiglu, Bf16, false>,
-            skinny_kernel<kChunk, kStages, kWarps, kTiles, kNTiles, Epilogue::kRope, Bf16, false>,
-            nullptr,
-            nullptr,
-            nullptr,
-            kChunk,
-            size_t(kWarps) * kStages * S::kWElems * 2};
-  if constexpr (kFolds) {
-    v.add = skinny_kernel<kChunk, kStages, kWarps, kTiles, kNTiles, Epilogue::kAdd, float, false>;
-    v.swiglu_norm =
-        skinny_kernel<kChunk, kStages, kWarps, kTiles, kNTiles, Epilogue::kSwiglu, Bf16, true>;
-    v.rope_norm =
-        skinny_kernel<kChunk, kStages, kWarps, kTiles, kNTiles, Epilogue::kRope, Bf16, true>;
-  }
-  return v;
+  return Variant{
+      name,
+      S::kRows,
+      S::kTokens,
+      kWarps * 32,
+      S::kSmemBytes,
+      skinny_kernel<kChunk, kStages, kWarps, kTiles, kNTiles, store, __nv_bfloat16>,
+      skinny_kernel<kChunk, kStages, kWarps, kTiles, kNTiles, store, float>,
+      skinny_kernel<kChunk, kStages, kWarps, kTiles, kNTiles, Epilogue::kSwiglu, __nv_bfloat16>,
+      skinny_kernel<kChunk, kStages, kWarps, kTiles, kNTiles, Epilogue::kRope, __nv_bfloat16>};
 }
 
 // name: chunk features / ring stages / warps per block / 16-row tiles per block / 8-token
@@ -342,13 +251,13 @@ Variant make_variant(const char* name) {
 // others stay for bench_int4_gemv's sweep.
 const Variant* variants() {
   static const Variant all[] = {
-      make_variant<128, 3, 4, 1, 1, true>("c128-s3-w4-t1-n1"),
-      make_variant<128, 3, 4, 1, 2, true>("c128-s3-w4-t1-n2"),
+      make_variant<128, 3, 4, 1, 1>("c128-s3-w4-t1-n1"),
+      make_variant<128, 3, 4, 1, 2>("c128-s3-w4-t1-n2"),
       make_variant<128, 4, 4, 1, 1>("c128-s4-w4-t1-n1"),
       make_variant<256, 3, 2, 1, 1>("c256-s3-w2-t1-n1"),
       make_variant<64, 8, 4, 1, 1>("c64-s8-w4-t1-n1"),
       make_variant<128, 4, 4, 2, 1>("c128-s4-w4-t2-n1"),
-      make_variant<128, 2, 4, 1, 2, true>("c128-s2-w4-t1-n2"),
+      make_variant<128, 2, 4, 1, 2>("c128-s2-w4-t1-n2"),
       make_variant<128, 3, 4, 2, 2>("c128-s3-w4-t2-n2"),
       make_variant<256, 2, 2, 1, 2>("c256-s2-w2-t1-n2"),
       make_variant<64, 6, 4, 1, 2>("c64-s6-w4-t1-n2"),
@@ -388,20 +297,11 @@ void opt_in_smem(const void* kernel, size_t bytes) {
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
 }
 
-// The staged NormedRows of a kNorm kernel: [chunks, tokens, chunk] bf16 after the ring.
-size_t staged_bytes(const Variant& v, int32_t k) {
-  return size_t((k + v.chunk - 1) / v.chunk) * v.chunk * v.tokens * 2;
-}
-
 template <typename Out>
 void launch(Variant::Kernel<Out> kernel, const Variant& v, int32_t blocks, cudaStream_t stream,
             bool pdl, const __nv_bfloat16* x, const __nv_bfloat16* w, int32_t m, int32_t n,
-            int32_t k, int32_t ldy, Out* y, const RopeKvTarget& rope = {},
-            const NormedRows* in = nullptr) {
-  // A kNorm kernel's opt-in covers its largest staged rows, so that one call serves every k.
-  const size_t smem = in != nullptr ? v.smem_norm + staged_bytes(v, k) : v.smem;
-  opt_in_smem(reinterpret_cast<const void*>(kernel),
-              in != nullptr ? v.smem_norm + staged_bytes(v, kSkinnyNormMaxK) : v.smem);
+            int32_t k, int32_t ldy, Out* y, const RopeKvTarget& rope = {}) {
+  opt_in_smem(reinterpret_cast<const void*>(kernel), v.smem);
   // An overlapped grid resident all at once lets its successor launch at its start (the
   // kernel's `lead`). H100, x2 alternated, device span (NOTES.md v48): 0.5B 3-token step
   // 0.747 -> 0.687 ms, batch 4 0.724 -> 0.678, 8B 5-token 5.419 -> 5.380; the 7B 5-token step
@@ -409,9 +309,8 @@ void launch(Variant::Kernel<Out> kernel, const Variant& v, int32_t blocks, cudaS
   // its loop: 5.093 and 4.906); the spec pair at batch 4 1.69 -> 1.75x adaptive.
   // TANDEM_SKINNY_LEAD=0 keeps every grid's trigger after its loop.
   static const bool lead_allowed = env_choice("TANDEM_SKINNY_LEAD", {0, 1}, 1) == 1;
-  const bool lead = pdl && lead_allowed && fits_one_wave(kernel, blocks, v.threads, smem);
-  pdl::launch(pdl, kernel, blocks, v.threads, smem, stream, x, w, m, n, k, ldy, y, rope, lead,
-              in != nullptr ? *in : NormedRows{});
+  const bool lead = pdl && lead_allowed && fits_one_wave(kernel, blocks, v.threads, v.smem);
+  pdl::launch(pdl, kernel, blocks, v.threads, v.smem, stream, x, w, m, n, k, ldy, y, rope, lead);
 }
 
 const Variant& checked(int32_t variant, int32_t m, int32_t k, bool swiglu, const char* what) {
@@ -473,82 +372,24 @@ void launch_skinny_swiglu(const __nv_bfloat16* x, const __nv_bfloat16* w, int32_
   launch(v.swiglu, v, blocks, stream, pdl, x, w, m, width, k, width, out);
 }
 
-namespace {
-
-// A folded form of the variant pick() takes (or `variant`); aborts where it has none, or where
-// a NormedRows input (`normed`) is wider than kSkinnyNormMaxK.
-template <typename Out>
-const Variant& checked_fold(Variant::Kernel<Out> Variant::*form, int32_t variant, int32_t m,
-                            int32_t k, bool swiglu, bool normed, const char* what) {
-  const Variant& v = checked(variant, m, k, swiglu, what);
-  if (v.*form == nullptr || (normed && k > kSkinnyNormMaxK)) {
-    std::fprintf(stderr, "%s: no folded form of variant %s at m=%d k=%d\n", what, v.name, m, k);
-    std::abort();
-  }
-  return v;
-}
-
-}  // namespace
-
-void launch_skinny_gemm_add(const __nv_bfloat16* x, const __nv_bfloat16* w, int32_t m, int32_t n,
-                            int32_t k, float* residual, cudaStream_t stream, int32_t variant,
-                            bool pdl) {
-  const Variant& v = checked_fold(&Variant::add, variant, m, k, false, false, "skinny_gemm_add");
-  const int32_t blocks = (n + v.rows - 1) / v.rows;
-  launch(v.add, v, blocks, stream, pdl, x, w, m, n, k, n, residual);
-}
-
-void launch_skinny_swiglu(const NormedRows& x, const __nv_bfloat16* w, int32_t m, int32_t width,
-                          int32_t k, __nv_bfloat16* out, cudaStream_t stream, int32_t variant,
-                          bool pdl) {
-  const Variant& v =
-      checked_fold(&Variant::swiglu_norm, variant, m, k, true, true, "skinny_swiglu (normed)");
-  const int32_t blocks = (width + v.rows / 2 - 1) / (v.rows / 2);
-  launch(v.swiglu_norm, v, blocks, stream, pdl, nullptr, w, m, width, k, width, out, {}, &x);
-}
-
-bool skinny_folds_norms(int32_t m, int32_t k) {
-  return m >= kSkinnyMinTokens && m <= kSkinnyFoldMaxTokens && k % 8 == 0 && k <= kSkinnyNormMaxK;
-}
-
 bool skinny_qkv_rope_fuses(int32_t m, int32_t k, const RopeKvShape& s) {
   const int64_t rows = int64_t(s.num_heads + 2 * s.num_kv_heads) * s.head_dim;
   return s.num_tokens == m && s.head_dim % 2 == 0 && k % 8 == 0 && m >= kSkinnyMinTokens &&
          m <= kSkinnyMaxTokens && skinny_gemm_wins(m, int32_t(rows), k);
 }
 
-namespace {
-
-// The rotary pairs of a q|k|v launch for m tokens of `out` (aborts on a mismatch).
-int32_t rope_pairs(int32_t m, const RopeKvTarget& out) {
+void launch_skinny_qkv_rope(const __nv_bfloat16* x, const __nv_bfloat16* w, int32_t m, int32_t k,
+                            const RopeKvTarget& out, cudaStream_t stream, int32_t variant,
+                            bool pdl) {
+  const Variant& v = checked(variant, m, k, false, "skinny_qkv_rope");
   if (out.s.num_tokens != m || out.s.head_dim % 2 != 0) {
     std::fprintf(stderr, "skinny_qkv_rope: %d tokens against the target's %d, head size %d\n", m,
                  out.s.num_tokens, out.s.head_dim);
     std::abort();
   }
-  return (out.s.num_heads + 2 * out.s.num_kv_heads) * (out.s.head_dim / 2);
-}
-
-}  // namespace
-
-void launch_skinny_qkv_rope(const __nv_bfloat16* x, const __nv_bfloat16* w, int32_t m, int32_t k,
-                            const RopeKvTarget& out, cudaStream_t stream, int32_t variant,
-                            bool pdl) {
-  const Variant& v = checked(variant, m, k, false, "skinny_qkv_rope");
-  const int32_t pairs = rope_pairs(m, out);
+  const int32_t pairs = (out.s.num_heads + 2 * out.s.num_kv_heads) * (out.s.head_dim / 2);
   const int32_t blocks = (pairs + v.rows / 2 - 1) / (v.rows / 2);
   launch<__nv_bfloat16>(v.rope, v, blocks, stream, pdl, x, w, m, pairs, k, 0, nullptr, out);
-}
-
-void launch_skinny_qkv_rope(const NormedRows& x, const __nv_bfloat16* w, int32_t m, int32_t k,
-                            const RopeKvTarget& out, cudaStream_t stream, int32_t variant,
-                            bool pdl) {
-  const Variant& v =
-      checked_fold(&Variant::rope_norm, variant, m, k, false, true, "skinny_qkv_rope (normed)");
-  const int32_t pairs = rope_pairs(m, out);
-  const int32_t blocks = (pairs + v.rows / 2 - 1) / (v.rows / 2);
-  launch<__nv_bfloat16>(v.rope_norm, v, blocks, stream, pdl, nullptr, w, m, pairs, k, 0, nullptr,
-                        out, &x);
 }
 
 }  // namespace tandem::kernels

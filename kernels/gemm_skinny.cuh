@@ -16,7 +16,6 @@
 
 #include <cstdint>
 
-#include "normed_rows.cuh"
 #include "rope_kv.cuh"
 
 namespace tandem::kernels {
@@ -24,11 +23,6 @@ namespace tandem::kernels {
 // 1 token stays on the GEMV, whose fused forms also fold the norm, the residual add and RoPE.
 constexpr int32_t kSkinnyMinTokens = 2;
 constexpr int32_t kSkinnyMaxTokens = 32;  // four mma column tiles
-// The folded forms below (NormedRows inputs, the residual add) exist for 2-16 tokens, and a
-// NormedRows input for k <= kSkinnyNormMaxK (its rows staged in shared memory: 32 KB at 16
-// tokens): a small model's hidden size, as the GEMVs fold theirs (kFoldNormsMaxHidden).
-constexpr int32_t kSkinnyFoldMaxTokens = 16;
-constexpr int32_t kSkinnyNormMaxK = 1024;
 
 // Whether launch_skinny_gemm is measured faster than cuBLASLt for m rows of an [n, k] weight
 // (2-8 rows always; 9-32 while its blocks fit one wave).
@@ -69,29 +63,5 @@ void launch_skinny_qkv_rope(const __nv_bfloat16* x,  // [m, k] in
                             int32_t m, int32_t k, const RopeKvTarget& out, cudaStream_t stream,
                             int32_t variant = -1,
                             bool pdl = false);  // may overlap the kernel before it (pdl.cuh)
-
-// A small model's multi-token steps with its norms and residual adds folded, as the one- and
-// two-token GEMVs fold them (gemv.cuh): the RMSNorm into the Linear that reads it (every block
-// normalises the m rows for itself from the fp32 residual), the residual add into the Linear
-// that feeds it. skinny_folds_norms: whether m tokens of width k take these forms.
-bool skinny_folds_norms(int32_t m, int32_t k);
-
-// o_proj / down_proj: residual[t, r] += bf16(Σ_k x[t, k] · w[r, k]), launch_add_rmsnorm's add
-// (fp32, of the bf16-rounded projection) in the epilogue; x never aliases the residual.
-void launch_skinny_gemm_add(const __nv_bfloat16* x,  // [m, k] in
-                            const __nv_bfloat16* w,  // [n, k] in
-                            int32_t m, int32_t n, int32_t k,
-                            float* residual,  // [m, n] in/out
-                            cudaStream_t stream, int32_t variant = -1, bool pdl = false);
-
-// launch_skinny_swiglu / launch_skinny_qkv_rope over RMSNorm(x.residual) ([m, k] fp32): the
-// rows stage_normed would give (gemv_warp.cuh; launch_add_rmsnorm's formula and rounding, its
-// sum of squares in another order), k <= kSkinnyNormMaxK.
-void launch_skinny_swiglu(const NormedRows& x, const __nv_bfloat16* w, int32_t m, int32_t width,
-                          int32_t k, __nv_bfloat16* out, cudaStream_t stream, int32_t variant = -1,
-                          bool pdl = false);
-void launch_skinny_qkv_rope(const NormedRows& x, const __nv_bfloat16* w, int32_t m, int32_t k,
-                            const RopeKvTarget& out, cudaStream_t stream, int32_t variant = -1,
-                            bool pdl = false);
 
 }  // namespace tandem::kernels

@@ -5,8 +5,6 @@
 
 #include <cmath>
 #include <cstring>
-#include <memory>
-#include <utility>
 
 #include "gpu_test_util.h"
 #include "model/model_dir.h"
@@ -302,23 +300,6 @@ TEST_CASE("CUDA runner: chunked prefill and graph decode match the fp64 referenc
   }
 }
 
-namespace {
-
-// A runner of m with its graphs, overlapped launches and norm folds switched as asked (before
-// its first forward).
-std::unique_ptr<CudaRunner> switched_runner(const TinyModel& m, const RunnerOptions& opts,
-                                            bool graphs, bool overlap, bool fold) {
-  auto created = CudaRunner::create(m.config, m.weights, opts);
-  REQUIRE(created.ok());
-  std::unique_ptr<CudaRunner> r = std::move(*created);
-  r->set_use_graphs(graphs);
-  r->set_overlap_launches(overlap);
-  r->set_fold_norms(fold);
-  return r;
-}
-
-}  // namespace
-
 TEST_CASE("CUDA runner: overlapped single-token launches give the plain launches' bits") {
   // One-token steps of a model this narrow fold the norms into the GEMVs (or, with the fold off,
   // take the unfolded layers of the 7B and 8B), and on sm_90 each of their launches may overlap
@@ -334,8 +315,12 @@ TEST_CASE("CUDA runner: overlapped single-token launches give the plain launches
   for (bool fold : {true, false}) {
     CAPTURE(fold);
     auto run = [&](bool overlap, bool graphs) {
-      const std::unique_ptr<CudaRunner> runner = switched_runner(m, opts, graphs, overlap, fold);
-      CudaRunner& r = *runner;
+      auto created = CudaRunner::create(m.config, m.weights, opts);
+      REQUIRE(created.ok());
+      CudaRunner& r = **created;
+      r.set_use_graphs(graphs);
+      r.set_overlap_launches(overlap);
+      r.set_fold_norms(fold);
       // Where the device has it, the steps below do take the overlapped launches (one token,
       // one logit row), and a forward without logits does not: equal bits then say something.
       int major = 0;
@@ -362,60 +347,6 @@ TEST_CASE("CUDA runner: overlapped single-token launches give the plain launches
       r.copy_logits(logits);
       CHECK(rel_error(logits, reference_logits(m, seq)) < 1e-2);
       all.insert(all.end(), logits.begin(), logits.end());
-      return all;
-    };
-    check_overlap_bits(run);
-  }
-}
-
-TEST_CASE("CUDA runner: 3-16-token steps of a small model fold the norms into the skinny GEMMs") {
-  // Five sequences: their 3-token prompts in one 15-token forward, then eight steps of one token
-  // each (5 tokens a forward), as a small draft's rounds at batch 5. With the fold on, each layer
-  // is the skinny GEMM's folded forms (the norms staged from the residual, the residual adds in
-  // the epilogues); off, the unfolded launches. Both must match the fp64 reference, and the
-  // overlapped launches the plain ones' bits (check_overlap_bits), graphs and eager.
-  TinyModel m = make_tiny(64);
-  const RunnerOptions opts = tiny_options();
-  const int V = int(m.config.vocab_size), n = 5;
-  for (bool fold : {true, false}) {
-    CAPTURE(fold);
-    auto run = [&](bool overlap, bool graphs) {
-      const std::unique_ptr<CudaRunner> runner = switched_runner(m, opts, graphs, overlap, fold);
-      CudaRunner& r = *runner;
-      CHECK(r.folds_skinny_norms(5) == fold);
-      CHECK(r.folds_skinny_norms(15) == fold);
-      CHECK(r.folds_skinny_norms(16) == fold);
-      CHECK_FALSE(r.folds_skinny_norms(2));  // the GEMVs' fold
-      CHECK_FALSE(r.folds_skinny_norms(17));
-      std::vector<std::vector<int32_t>> seqs(n);
-      std::vector<std::vector<int32_t>> pages(n);
-      for (int i = 0; i < n; ++i) {
-        for (int j = 0; j < 3; ++j) seqs[size_t(i)].push_back((i * 53 + j * 31 + 7) % 290);
-        pages[size_t(i)] = {10 + 3 * i};
-      }
-      std::vector<float> all, logits(size_t(n * V));
-      for (int step = 0; step < 9; ++step) {
-        std::vector<int32_t> tokens, rows;
-        std::vector<SeqSlice> slices;
-        for (int i = 0; i < n; ++i) {
-          const auto& seq = seqs[size_t(i)];
-          const int32_t len = int32_t(seq.size()), q = step == 0 ? 3 : 1;
-          slices.push_back(SeqSlice{int32_t(tokens.size()), q, len, pages[size_t(i)]});
-          tokens.insert(tokens.end(), seq.end() - q, seq.end());
-          rows.push_back(int32_t(tokens.size()) - 1);
-        }
-        r.forward(ForwardBatch{tokens, slices, rows});
-        r.copy_logits(logits);
-        all.insert(all.end(), logits.begin(), logits.end());
-        for (int i = 0; i < n; ++i) {
-          CAPTURE(step);
-          CAPTURE(i);
-          const std::vector<float> got(logits.begin() + int64_t(i) * V,
-                                       logits.begin() + int64_t(i + 1) * V);
-          CHECK(rel_error(got, reference_logits(m, seqs[size_t(i)])) < 1e-2);
-          seqs[size_t(i)].push_back(int32_t(argmax(got, 290)));
-        }
-      }
       return all;
     };
     check_overlap_bits(run);

@@ -577,9 +577,6 @@ void CudaRunner::run_model(int32_t T, int32_t L) {
   // Single-token decode of a small model through bf16 weights: each RMSNorm folds into the GEMV
   // that reads it and each residual add into the GEMV that feeds it (5 launches a layer, not 7).
   const bool fold = folds_norms(T);
-  // 3-16 tokens (a small draft's rounds at batch 3-16, its catch-up): the same five launches a
-  // layer in the skinny GEMM's folded forms.
-  const bool fold_skinny = folds_skinny_norms(T);
   // One-token int4 steps of small models fold them too, into the int4 GEMVs (the same 5).
   const bool fold_int4 = folds_int4_norms(T);
   const bool pdl = overlaps_launches(T, L) || overlaps_bf16_launches(T, L) ||
@@ -610,8 +607,6 @@ void CudaRunner::run_model(int32_t T, int32_t L) {
     }
     if (fold) {
       kernels::launch_qkv_rope_gemv(input_normed, w.qkv.bf16(), H, rope_out, stream_, pdl);
-    } else if (fold_skinny) {
-      kernels::launch_skinny_qkv_rope(input_normed, w.qkv.bf16(), T, H, rope_out, stream_, -1, pdl);
     } else if (fold_int4) {
       kernels::launch_int4_qkv_rope_gemv(input_normed, qkv_int4, T, rope_out, stream_, pdl);
     } else {
@@ -650,15 +645,6 @@ void CudaRunner::run_model(int32_t T, int32_t L) {
                                   stream_, pdl);
       kernels::launch_gemv_add(act_.as<__nv_bfloat16>(), w.down.bf16(), T, H, I, residual, stream_,
                                pdl);
-      continue;
-    }
-    if (fold_skinny) {
-      kernels::launch_skinny_gemm_add(attn_.as<__nv_bfloat16>(), w.o.bf16(), T, H, NH * D, residual,
-                                      stream_, -1, pdl);
-      kernels::launch_skinny_swiglu(post_normed, w.gate_up.bf16(), T, I, H,
-                                    act_.as<__nv_bfloat16>(), stream_, -1, pdl);
-      kernels::launch_skinny_gemm_add(act_.as<__nv_bfloat16>(), w.down.bf16(), T, H, I, residual,
-                                      stream_, -1, pdl);
       continue;
     }
     if (fold_int4) {
@@ -702,7 +688,7 @@ void CudaRunner::run_model(int32_t T, int32_t L) {
     linear(act_.as<__nv_bfloat16>(), w.down, T, delta, pdl);
   }
   // Folded layers left the residual complete; otherwise the last MLP output joins it here.
-  kernels::launch_add_rmsnorm(residual, fold || fold_skinny || fold_int4 ? nullptr : delta,
+  kernels::launch_add_rmsnorm(residual, fold || fold_int4 ? nullptr : delta,
                               weights_.final_norm.as<float>(), T, H, eps, normed, stream_, pdl);
   if (L == 0) return;
   // One launch less a step where every token's row is a logit row in order (on the H200 inside
@@ -860,20 +846,6 @@ bool CudaRunner::folds_norms(int32_t T) const {
   return fold_norms_ && T >= 1 && T <= kernels::kGemvMaxTokens && bf16_linears_ &&
          H <= kFoldNormsMaxHidden && H * 2 <= kernels::kNormedRowsMaxBytes &&
          config_.head_dim % 16 == 0;
-}
-
-// TANDEM_SKINNY_FOLD=0 keeps them unfolded (the A/B switch of NOTES.md v60).
-bool CudaRunner::folds_skinny_norms(int32_t T) const {
-  static const bool allowed = kernels::env_choice("TANDEM_SKINNY_FOLD", {0, 1}, 1) == 1;
-  const int32_t H = int32_t(config_.hidden_size), I = int32_t(config_.intermediate_size);
-  const int32_t heads_dim = int32_t(config_.num_heads * config_.head_dim);  // o's k
-  const kernels::RopeKvShape shape{T, int32_t(config_.num_heads), int32_t(config_.num_kv_heads),
-                                   int32_t(config_.head_dim), page_size_};
-  return allowed && fold_norms_ && bf16_linears_ && H <= kFoldNormsMaxHidden &&
-         config_.head_dim % 16 == 0 && T > kernels::kGemvMaxTokens &&
-         kernels::skinny_folds_norms(T, H) && I % 8 == 0 && heads_dim % 8 == 0 &&
-         kernels::skinny_qkv_rope_fuses(T, H, shape) && kernels::skinny_swiglu_wins(T) &&
-         kernels::skinny_gemm_wins(T, H, heads_dim) && kernels::skinny_gemm_wins(T, H, I);
 }
 
 void CudaRunner::sample(std::span<const SampleRequest> requests, std::span<int32_t> out_tokens) {

@@ -95,9 +95,6 @@ class CudaRunner final : public ModelRunner {
   void set_fold_norms(bool on) { fold_norms_ = on; }
   // Whether a forward of this many tokens folds the RMSNorms and residual adds into the GEMVs.
   bool folds_norms(int32_t num_tokens) const;
-  // The same into the skinny GEMMs: 3-16-token steps of the same small models (set_fold_norms
-  // governs both).
-  bool folds_skinny_norms(int32_t num_tokens) const;
   // Tests: whether one-token int4 steps fold the RMSNorms into the GEMVs (on by default).
   // Before the first forward, as set_overlap_launches.
   void set_fold_int4_norms(bool on) { fold_int4_norms_ = on; }
