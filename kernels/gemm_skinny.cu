@@ -333,8 +333,10 @@ const char* skinny_variant_name(int32_t variant) {
   return variant >= 0 && variant < kVariants ? variants()[variant].name : "?";
 }
 
-bool skinny_swiglu_wins(int32_t m) {
-  return m >= 1 && m <= 16;
+bool skinny_swiglu_wins(int32_t m, int32_t k) {
+  // 17-32 rows of a small model's gate|up (k <= 1,024): TANDEM_SKINNY_SWIGLU32 (measurement).
+  static const bool wide = env_choice("TANDEM_SKINNY_SWIGLU32", {0, 1}, 0) == 1;
+  return m >= 1 && (m <= 16 || (wide && m <= kSkinnyMaxTokens && k <= 1024));
 }
 
 bool skinny_gemm_wins(int32_t m, int32_t n, int32_t /*k*/) {

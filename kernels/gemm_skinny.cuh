@@ -28,7 +28,7 @@ constexpr int32_t kSkinnyMaxTokens = 32;  // four mma column tiles
 // (2-8 rows always; 9-32 while its blocks fit one wave).
 bool skinny_gemm_wins(int32_t m, int32_t n, int32_t k);
 // The same for launch_skinny_swiglu against cuBLASLt and silu_mul (up to 16 rows).
-bool skinny_swiglu_wins(int32_t m);
+bool skinny_swiglu_wins(int32_t m, int32_t k);
 
 // Tile and pipeline shapes, for benchmarks/bench_int4_gemv.cc to sweep; -1 picks by m.
 int32_t skinny_variants();

@@ -677,7 +677,7 @@ void CudaRunner::run_model(int32_t T, int32_t L) {
       kernels::launch_fp8_gemv_swiglu(linear_scratch_.xq.as<uint8_t>(),
                                       linear_scratch_.x_scale.as<float>(), gate_up_group,
                                       gate_up_fp8m, T, act_.as<__nv_bfloat16>(), stream_, pdl);
-    } else if (kernels::skinny_swiglu_wins(T) && w.gate_up.bf16() != nullptr) {
+    } else if (kernels::skinny_swiglu_wins(T, H) && w.gate_up.bf16() != nullptr) {
       kernels::launch_skinny_swiglu(normed, w.gate_up.bf16(), T, I, H, act_.as<__nv_bfloat16>(),
                                     stream_, -1, pdl);
     } else {
