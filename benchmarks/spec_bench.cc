@@ -164,6 +164,16 @@ SpecRun run_spec(ModelRunner& target, ModelRunner& draft, PagePool& target_pool,
   // The timed steps in which every sequence of the batch was still decoding: their tokens and ms.
   int64_t full_tokens = 0;
   double full_ms = 0;
+  // A timed step's ms and tokens into the run's totals (and the full batch's, where it was).
+  auto tally = [&](double ms, int64_t n, bool full) {
+    total_ms += ms;
+    tokens += n;
+    if (full) {
+      full_ms += ms;
+      full_tokens += n;
+    }
+    run.steps++;
+  };
   for (int64_t step = 0;; ++step) {
     std::vector<Sequence*> active;
     for (Sequence* seq : b.ptrs) {
@@ -190,13 +200,7 @@ SpecRun run_spec(ModelRunner& target, ModelRunner& draft, PagePool& target_pool,
       run.plain_steps++;
       verify_ms += ms;
       plain_ms += ms;
-      total_ms += ms;
-      tokens += int64_t(active.size());
-      if (full) {
-        full_ms += ms;
-        full_tokens += int64_t(active.size());
-      }
-      run.steps++;
+      tally(ms, int64_t(active.size()), full);
       continue;
     }
     const std::vector<std::vector<int32_t>> emitted = spec.step(active, target_pool, page);
@@ -222,13 +226,7 @@ SpecRun run_spec(ModelRunner& target, ModelRunner& draft, PagePool& target_pool,
     draft_ms += t.draft_ms;
     verify_ms += t.verify_ms;
     accept_ms += t.accept_ms;
-    total_ms += ms;
-    tokens += step_tokens;
-    if (full) {
-      full_ms += ms;
-      full_tokens += step_tokens;
-    }
-    run.steps++;
+    tally(ms, step_tokens, full);
   }
   int64_t all_proposed = 0, all_accepted = 0, seq_steps = 0;
   for (const Sequence* seq : b.ptrs) {

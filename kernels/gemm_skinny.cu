@@ -334,11 +334,11 @@ const char* skinny_variant_name(int32_t variant) {
 }
 
 bool skinny_swiglu_wins(int32_t m, int32_t k) {
-  // 17-32 rows of a small model's gate|up (k <= 1,024) with TANDEM_SKINNY_SWIGLU32=1: one
-  // overlapped launch for cuBLASLt's GEMM and silu_mul (the 7B's lost there, v16; the 0.5B's
-  // is unmeasured). Off by default until an A/B says otherwise.
+  // 17-32 rows of a small model's gate|up (k <= kSkinnySwigluWideMaxK) with
+  // TANDEM_SKINNY_SWIGLU32=1: one overlapped launch for cuBLASLt's GEMM and silu_mul (the 7B's lost
+  // there, v16; the 0.5B's is unmeasured). Off by default until an A/B says otherwise.
   static const bool wide = env_choice("TANDEM_SKINNY_SWIGLU32", {0, 1}, 0) == 1;
-  return m >= 1 && (m <= 16 || (wide && m <= kSkinnyMaxTokens && k <= 1024));
+  return m >= 1 && (m <= 16 || (wide && m <= kSkinnyMaxTokens && k <= kSkinnySwigluWideMaxK));
 }
 
 bool skinny_gemm_wins(int32_t m, int32_t n, int32_t /*k*/) {
