@@ -224,6 +224,37 @@ TEST_CASE("fp8: overlapped W8A8 decode launches give the plain launches' bits") 
   }
 }
 
+// W8A8 decode steps whose down input is quantized per token take its amax from the gate|up GEMV's
+// SwiGLU epilogue (CudaRunner::takes_fp8_act_amax): the plain quantize's bits, overlapped and
+// not, graphs and eager, over steps that reuse every layer's slots (a slot left unzeroed would
+// carry an earlier step's amax into a later scale). Static and block-group activations keep
+// the quantize's own pass.
+TEST_CASE("fp8: down's quantize from the gate|up GEMV's amax gives the plain quantize's bits") {
+  for (const char* format : {"fp8-channel", "fp8", "fp8-block"}) {
+    CAPTURE(format);
+    const QuantModel fp8(std::string("gpu-quant-amax-") + format, 37, format);
+    const bool per_token = std::strcmp(format, "fp8-channel") == 0;
+    for (bool overlap : {false, true}) {
+      for (bool graphs : {true, false}) {
+        CAPTURE(overlap);
+        CAPTURE(graphs);
+        auto run = [&](bool amax) {
+          const auto [runner, cuda] = fp8.cuda_runner(overlap, graphs);
+          cuda->set_fp8_act_amax(amax);
+          // One token runs the CUDA-core GEMV, which gives the amax; three the tensor-core one.
+          CHECK(cuda->takes_fp8_act_amax(1) == (amax && per_token));
+          CHECK_FALSE(cuda->takes_fp8_act_amax(3));
+          return greedy_logits(*runner);
+        };
+        const std::vector<float> plain = run(false), fused = run(true), again = run(true);
+        REQUIRE(fused.size() == plain.size());
+        CHECK(std::memcmp(fused.data(), plain.data(), plain.size() * sizeof(float)) == 0);
+        CHECK(std::memcmp(again.data(), plain.data(), plain.size() * sizeof(float)) == 0);
+      }
+    }
+  }
+}
+
 // One-token int4 steps fold the RMSNorms into the GEMVs (CudaRunner::folds_int4_norms): the
 // norm's sum of squares runs in another order, so the logits are near the unfolded steps', not
 // equal; the greedy tokens are the same. Checked overlapped and not, graphs and eager.

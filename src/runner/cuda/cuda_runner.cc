@@ -177,6 +177,13 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig& config
       r->decode_rows_limit_ = std::min(r->decode_rows_limit_, linear_decode_rows_limit(*w));
     }
   }
+  r->fp8_act_amax_capable_ = r->fp8_act_amax_layers();
+  r->fp8_act_amax_ = kernels::env_choice("TANDEM_FP8_ACT_AMAX", {0, 1}, 0) == 1;
+  if (r->fp8_act_amax_capable_) {
+    const size_t slots = r->weights_.layers.size() * size_t(kernels::kFp8GemvMaxTokens);
+    r->act_amax_ = DeviceBuffer(slots * 4);
+    TANDEM_CUDA_CHECK(cudaMemset(r->act_amax_.ptr(), 0, r->act_amax_.bytes()));
+  }
   const int64_t free_weights = free_now();
   r->plan_.weights_bytes = free_gemm - free_weights;
   r->plan_.weight_bytes_by_format = r->weights_.bytes_by_format;
@@ -581,7 +588,12 @@ void CudaRunner::run_model(int32_t T, int32_t L) {
   const bool fold_int4 = folds_int4_norms(T);
   const bool pdl = overlaps_launches(T, L) || overlaps_bf16_launches(T, L) ||
                    overlaps_int4_launches(T, L) || overlaps_fp8_launches(T, L);
-  for (int32_t li = 0; li < int32_t(c.num_layers); ++li) {
+  const bool act_amax = takes_fp8_act_amax(T);
+  const int32_t layers = int32_t(c.num_layers);
+  auto amax_slots = [&](int32_t layer) {
+    return act_amax_.as<uint32_t>() + int64_t(layer) * kernels::kFp8GemvMaxTokens;
+  };
+  for (int32_t li = 0; li < layers; ++li) {
     const DeviceLayer& w = weights_.layers[size_t(li)];
     __nv_bfloat16* kc = k_cache_.as<__nv_bfloat16>() + li * layer_kv;
     __nv_bfloat16* vc = v_cache_.as<__nv_bfloat16>() + li * layer_kv;
@@ -676,7 +688,8 @@ void CudaRunner::run_model(int32_t T, int32_t L) {
       }
       kernels::launch_fp8_gemv_swiglu(linear_scratch_.xq.as<uint8_t>(),
                                       linear_scratch_.x_scale.as<float>(), gate_up_group,
-                                      gate_up_fp8m, T, act_.as<__nv_bfloat16>(), stream_, pdl);
+                                      gate_up_fp8m, T, act_.as<__nv_bfloat16>(), stream_, pdl,
+                                      act_amax ? amax_slots(li) : nullptr);
     } else if (kernels::skinny_swiglu_wins(T, H) && w.gate_up.bf16() != nullptr) {
       kernels::launch_skinny_swiglu(normed, w.gate_up.bf16(), T, I, H, act_.as<__nv_bfloat16>(),
                                     stream_, -1, pdl);
@@ -685,7 +698,17 @@ void CudaRunner::run_model(int32_t T, int32_t L) {
       kernels::launch_silu_mul(gate_up_.as<__nv_bfloat16>(), T, I, act_.as<__nv_bfloat16>(),
                                stream_);
     }
-    linear(act_.as<__nv_bfloat16>(), w.down, T, delta, pdl);
+    if (act_amax) {
+      TokenFp8Input down;
+      token_fp8_input(w.down, &down);
+      kernels::launch_fp8_quantize_amax(act_.as<__nv_bfloat16>(), T, I, amax_slots(li),
+                                        down.scale_ub, linear_scratch_.xq.as<uint8_t>(),
+                                        linear_scratch_.x_scale.as<float>(),
+                                        amax_slots((li + layers - 1) % layers), stream_, pdl);
+      run_linear_prequantized(w.down, T, delta, /*out_f32=*/false, linear_scratch_, stream_, pdl);
+    } else {
+      linear(act_.as<__nv_bfloat16>(), w.down, T, delta, pdl);
+    }
   }
   // Folded layers left the residual complete; otherwise the last MLP output joins it here.
   kernels::launch_add_rmsnorm(residual, fold || fold_int4 ? nullptr : delta,
@@ -839,6 +862,33 @@ bool CudaRunner::int4_fold_layers() const {
     return single_int4_matrix(l.qkv, &qkv) && kernels::int4_qkv_rope_fuses(qkv, 1, shape) &&
            single_int4_matrix(l.gate_up, &gate_up) && kernels::int4_swiglu_fuses(gate_up, 1);
   });
+}
+
+bool CudaRunner::fp8_act_amax_layers() const {
+  const auto& layers = weights_.layers;
+  if (layers.size() < 2) return false;
+  kernels::Fp8Matrix first;
+  int32_t first_group = 0;
+  if (!single_w8a8_matrix(layers[0].gate_up, &first, &first_group)) return false;
+  return std::all_of(layers.begin(), layers.end(), [&](const DeviceLayer& l) {
+    kernels::Fp8Matrix gate_up;
+    int32_t group = 0;
+    TokenFp8Input down;
+    return single_w8a8_matrix(l.gate_up, &gate_up, &group) && gate_up.block == first.block &&
+           group == first_group && token_fp8_input(l.down, &down) && down.static_scale == nullptr;
+  });
+}
+
+// Down's quantize without its pass for the amax: the gate|up GEMV's epilogue raises it (one
+// atomic a warp and token) where its CUDA-core form runs, so the quantize only divides.
+bool CudaRunner::takes_fp8_act_amax(int32_t T) const {
+  if (!fp8_act_amax_capable_ || !fp8_act_amax_ || T < 1 || T > kernels::kFp8GemvMaxTokens) {
+    return false;
+  }
+  kernels::Fp8Matrix gate_up;
+  int32_t group = 0;
+  single_w8a8_matrix(weights_.layers[0].gate_up, &gate_up, &group);
+  return kernels::fp8_swiglu_gives_amax(gate_up, T, group);
 }
 
 bool CudaRunner::folds_norms(int32_t T) const {
