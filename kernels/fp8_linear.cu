@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <type_traits>
 
+#include "amax_bits.cuh"
 #include "block_reduce.cuh"
 #include "cuda_check.cuh"
 #include "device_info.cuh"
@@ -278,9 +279,7 @@ struct SwiGluRows {
   static constexpr bool kPairs = true;
   __nv_bfloat16* act;  // [m, width] out
   int32_t width;
-  // [m] max |act[t, :]| as fp32 bits, raised with atomicMax (non-negative floats order as their
-  // bits), or null. The CUDA-core form only (finish); NaNs count as 0, as fmaxf skips them in the
-  // quantize kernel's own amax.
+  // [m] max |act[t, :]| as fp32 bits (amax_bits.cuh), or null. The CUDA-core form only (finish).
   uint32_t* amax = nullptr;
   int32_t units(int R) const { return (width + R / 2 - 1) / (R / 2); }
   __device__ int row(int unit, int R, int r) const {
@@ -302,16 +301,13 @@ struct SwiGluRows {
       for (int p = 0; p < R / 2; ++p) {
         const int j = unit * (R / 2) + p;
         if (lane != t * (R / 2) + p || j >= width) continue;
-        const float a = fabsf(put(t, j, v[t][2 * p], v[t][2 * p + 1]));
-        mine[t] = a == a ? __float_as_uint(a) : 0u;
+        mine[t] = abs_bits(put(t, j, v[t][2 * p], v[t][2 * p + 1]));
       }
     }
     if (amax == nullptr) return;
-      // One atomic a warp and token (every lane is here: a warp exits whole before its loop).
 #pragma unroll
-    for (int t = 0; t < M; ++t) {
-      const uint32_t most = __reduce_max_sync(0xffffffffu, mine[t]);
-      if (lane == 0 && most != 0u) atomicMax(amax + t, most);
+    for (int t = 0; t < M; ++t) {  // every lane is here: a warp exits whole before its loop
+      raise_amax(amax + t, mine[t]);
     }
   }
   int32_t tiles() const {

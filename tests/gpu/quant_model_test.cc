@@ -224,12 +224,12 @@ TEST_CASE("fp8: overlapped W8A8 decode launches give the plain launches' bits") 
   }
 }
 
-// W8A8 decode steps whose down input is quantized per token take its amax from the gate|up GEMV's
-// SwiGLU epilogue (CudaRunner::takes_fp8_act_amax): the plain quantize's bits, overlapped and
-// not, graphs and eager, over steps that reuse every layer's slots (a slot left unzeroed would
-// carry an earlier step's amax into a later scale). Static and block-group activations keep
-// the quantize's own pass.
-TEST_CASE("fp8: down's quantize from the gate|up GEMV's amax gives the plain quantize's bits") {
+// W8A8 decode steps whose o and down inputs are quantized per token take their amax from the
+// decode attention's stores and the gate|up GEMV's SwiGLU epilogue (CudaRunner::
+// takes_fp8_act_amax): the plain quantizes' bits, overlapped and not, graphs and eager, over
+// steps that reuse every layer's slots (a slot left unzeroed would carry an earlier step's amax
+// into a later scale). Static and block-group activations keep the quantize's own pass.
+TEST_CASE("fp8: o's and down's quantizes from their producers' amax give the plain bits") {
   for (const char* format : {"fp8-channel", "fp8", "fp8-block"}) {
     CAPTURE(format);
     const QuantModel fp8(std::string("gpu-quant-amax-") + format, 37, format);

@@ -180,7 +180,7 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig& config
   r->fp8_act_amax_capable_ = r->fp8_act_amax_layers();
   r->fp8_act_amax_ = kernels::env_choice("TANDEM_FP8_ACT_AMAX", {0, 1}, 0) == 1;
   if (r->fp8_act_amax_capable_) {
-    const size_t slots = r->weights_.layers.size() * size_t(kernels::kFp8GemvMaxTokens);
+    const size_t slots = r->weights_.layers.size() * 2 * size_t(kernels::kFp8GemvMaxTokens);
     r->act_amax_ = DeviceBuffer(slots * 4);
     TANDEM_CUDA_CHECK(cudaMemset(r->act_amax_.ptr(), 0, r->act_amax_.bytes()));
   }
@@ -590,8 +590,19 @@ void CudaRunner::run_model(int32_t T, int32_t L) {
                    overlaps_int4_launches(T, L) || overlaps_fp8_launches(T, L);
   const bool act_amax = takes_fp8_act_amax(T);
   const int32_t layers = int32_t(c.num_layers);
-  auto amax_slots = [&](int32_t layer) {
-    return act_amax_.as<uint32_t>() + int64_t(layer) * kernels::kFp8GemvMaxTokens;
+  // Layer l's slots for o's input (which 0) and down's (1).
+  auto amax_slots = [&](int32_t layer, int which) {
+    return act_amax_.as<uint32_t>() + (int64_t(layer) * 2 + which) * kernels::kFp8GemvMaxTokens;
+  };
+  // Quantizes x [T, k] for the W8A8 Linear w from layer li's slots, zeroing layer li - 1's.
+  auto quantize_from_amax = [&](const __nv_bfloat16* x, const DeviceLinear& w, int32_t li,
+                                int which) {
+    TokenFp8Input in;
+    token_fp8_input(w, &in);
+    kernels::launch_fp8_quantize_amax(x, T, w.k, amax_slots(li, which), in.scale_ub,
+                                      linear_scratch_.xq.as<uint8_t>(),
+                                      linear_scratch_.x_scale.as<float>(),
+                                      amax_slots((li + layers - 1) % layers, which), stream_, pdl);
   };
   for (int32_t li = 0; li < layers; ++li) {
     const DeviceLayer& w = weights_.layers[size_t(li)];
@@ -648,7 +659,9 @@ void CudaRunner::run_model(int32_t T, int32_t L) {
                                       q_.as<__nv_bfloat16>(), kc, vc, stream_, pdl);
       }
     }
-    attention(T, kc, vc, pdl);
+    // O's input amax from the decode attention's stores (a decode batch: decode_slices_).
+    const bool o_amax = act_amax && decode_slices_ > 0;
+    attention(T, kc, vc, pdl, o_amax ? amax_slots(li, 0) : nullptr);
     const kernels::NormedRows post_normed{residual, w.post_attn_norm.as<float>(), eps};
     if (fold) {
       kernels::launch_gemv_add(attn_.as<__nv_bfloat16>(), w.o.bf16(), T, H, NH * D, residual,
@@ -666,7 +679,12 @@ void CudaRunner::run_model(int32_t T, int32_t L) {
       kernels::launch_int4_gemv_add(act_.as<__nv_bfloat16>(), down_int4, T, residual, stream_, pdl);
       continue;
     }
-    linear(attn_.as<__nv_bfloat16>(), w.o, T, delta, pdl);
+    if (o_amax) {
+      quantize_from_amax(attn_.as<__nv_bfloat16>(), w.o, li, 0);
+      run_linear_prequantized(w.o, T, delta, /*out_f32=*/false, linear_scratch_, stream_, pdl);
+    } else {
+      linear(attn_.as<__nv_bfloat16>(), w.o, T, delta, pdl);
+    }
     const bool gate_up_fp8 = add_rmsnorm(delta, post_normed.weight, T, w.gate_up, pdl);
     // The SwiGLU fused into the projection: the GEMV for one token (4.55 vs 4.59 ms a 7B step,
     // NOTES.md v8), the skinny GEMM for 2-16 (7B gate|up 62.8-68.5 us against 75 for cuBLASLt
@@ -689,7 +707,7 @@ void CudaRunner::run_model(int32_t T, int32_t L) {
       kernels::launch_fp8_gemv_swiglu(linear_scratch_.xq.as<uint8_t>(),
                                       linear_scratch_.x_scale.as<float>(), gate_up_group,
                                       gate_up_fp8m, T, act_.as<__nv_bfloat16>(), stream_, pdl,
-                                      act_amax ? amax_slots(li) : nullptr);
+                                      act_amax ? amax_slots(li, 1) : nullptr);
     } else if (kernels::skinny_swiglu_wins(T, H) && w.gate_up.bf16() != nullptr) {
       kernels::launch_skinny_swiglu(normed, w.gate_up.bf16(), T, I, H, act_.as<__nv_bfloat16>(),
                                     stream_, -1, pdl);
@@ -699,12 +717,7 @@ void CudaRunner::run_model(int32_t T, int32_t L) {
                                stream_);
     }
     if (act_amax) {
-      TokenFp8Input down;
-      token_fp8_input(w.down, &down);
-      kernels::launch_fp8_quantize_amax(act_.as<__nv_bfloat16>(), T, I, amax_slots(li),
-                                        down.scale_ub, linear_scratch_.xq.as<uint8_t>(),
-                                        linear_scratch_.x_scale.as<float>(),
-                                        amax_slots((li + layers - 1) % layers), stream_, pdl);
+      quantize_from_amax(act_.as<__nv_bfloat16>(), w.down, li, 1);
       run_linear_prequantized(w.down, T, delta, /*out_f32=*/false, linear_scratch_, stream_, pdl);
     } else {
       linear(act_.as<__nv_bfloat16>(), w.down, T, delta, pdl);
@@ -748,7 +761,8 @@ void CudaRunner::run_model(int32_t T, int32_t L) {
   }
 }
 
-void CudaRunner::attention(int32_t T, const __nv_bfloat16* kc, const __nv_bfloat16* vc, bool pdl) {
+void CudaRunner::attention(int32_t T, const __nv_bfloat16* kc, const __nv_bfloat16* vc, bool pdl,
+                           uint32_t* out_amax) {
   const ModelConfig& c = config_;
   const int32_t D = int32_t(c.head_dim);
   const int32_t* meta = meta_dev_[meta_cur_].as<int32_t>();
@@ -764,7 +778,8 @@ void CudaRunner::attention(int32_t T, const __nv_bfloat16* kc, const __nv_bfloat
   } else if (decode_slices_ > 0) {
     kernels::launch_decode_attention(q, kc, vc, meta + off_token_seq_, meta + off_positions_,
                                      meta + off_seq_page_start_, meta + off_page_ids_, shape,
-                                     decode_slices_, attn_partials_.as<float>(), out, stream_, pdl);
+                                     decode_slices_, attn_partials_.as<float>(), out, stream_, pdl,
+                                     kernels::decode_attention_warp_merge(), out_amax);
   } else {
     kernels::launch_paged_attention(q, kc, vc, meta + off_token_seq_, meta + off_positions_,
                                     meta + off_seq_page_start_, meta + off_page_ids_, shape, out,
@@ -873,14 +888,16 @@ bool CudaRunner::fp8_act_amax_layers() const {
   return std::all_of(layers.begin(), layers.end(), [&](const DeviceLayer& l) {
     kernels::Fp8Matrix gate_up;
     int32_t group = 0;
-    TokenFp8Input down;
+    TokenFp8Input o, down;
     return single_w8a8_matrix(l.gate_up, &gate_up, &group) && gate_up.block == first.block &&
-           group == first_group && token_fp8_input(l.down, &down) && down.static_scale == nullptr;
+           group == first_group && token_fp8_input(l.o, &o) && o.static_scale == nullptr &&
+           token_fp8_input(l.down, &down) && down.static_scale == nullptr;
   });
 }
 
-// Down's quantize without its pass for the amax: the gate|up GEMV's epilogue raises it (one
-// atomic a warp and token) where its CUDA-core form runs, so the quantize only divides.
+// O's and down's quantizes without their pass for the amax: the decode attention's output stores
+// and the gate|up GEMV's epilogue raise it (one atomic a warp and token; the GEMV's CUDA-core
+// form only), so the quantizes only divide.
 bool CudaRunner::takes_fp8_act_amax(int32_t T) const {
   if (!fp8_act_amax_capable_ || !fp8_act_amax_ || T < 1 || T > kernels::kFp8GemvMaxTokens) {
     return false;

@@ -100,8 +100,9 @@ class CudaRunner final : public ModelRunner {
   void set_fold_int4_norms(bool on) { fold_int4_norms_ = on; }
   // Whether a forward of this many tokens folds the norms into the int4 GEMVs (run_model's rule).
   bool folds_int4_norms(int32_t num_tokens) const;
-  // Whether W8A8 decode steps take down's input amax from the gate|up GEMV's SwiGLU epilogue
-  // (kernels::launch_fp8_quantize_amax) rather than a pass of their own. TANDEM_FP8_ACT_AMAX=1|0
+  // Whether W8A8 decode steps take o's and down's input amax from their producers (the decode
+  // attention's stores, the gate|up GEMV's SwiGLU epilogue: kernels::launch_fp8_quantize_amax)
+  // rather than a pass of their own. TANDEM_FP8_ACT_AMAX=1|0
   // sets the default (a measurement switch; off unless set). Before the first forward, as
   // set_overlap_launches.
   void set_fp8_act_amax(bool on) { fp8_act_amax_ = on; }
@@ -123,8 +124,9 @@ class CudaRunner final : public ModelRunner {
   // One layer's attention over the pages (kernel by batch shape: prefill tiles, split-K decode,
   // or per query head), q_ in, attn_ out.
   // pdl: the decode kernel may overlap the launch before it (kernels/pdl.cuh).
+  // out_amax (a decode batch only): each token's max |attn_| raised into it (fp32 bits).
   void attention(int32_t num_tokens, const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache,
-                 bool pdl = false);
+                 bool pdl = false, uint32_t* out_amax = nullptr);
   // Whether every layer takes the int4 fold's fused forms, and the model is small enough.
   bool int4_fold_layers() const;
   // fp8_act_amax_capable_'s rule.
@@ -158,7 +160,8 @@ class CudaRunner final : public ModelRunner {
   bool int4_fold_capable_ = false;  // int4_fold_layers(), asked once at load
   bool fold_int4_norms_ = true;     // set_fold_int4_norms
   bool fold_norms_ = true;          // set_fold_norms
-  // Every layer's gate|up and down one W8A8 part each, down's activations dynamic per token,
+  // Every layer's gate|up, o and down one W8A8 part each, o's and down's activations dynamic
+  // per token,
   // gate|up's scales alike in every layer, and at least two layers (run_model rotates
   // act_amax_'s slots by layer); asked once at load.
   bool fp8_act_amax_capable_ = false;
@@ -224,9 +227,10 @@ class CudaRunner final : public ModelRunner {
   DeviceBuffer argmax_scratch_;  // kernels::argmax_scratch_bytes(vocab)
   // kernels::kGemvArgmaxScratchBytes: the lm_head GEMV's own argmax (ForwardBatch::greedy_next)
   DeviceBuffer lm_argmax_scratch_;
-  // [layers][kFp8GemvMaxTokens] u32 (fp32 bits): layer l's down input amax, raised by its gate|up
-  // GEMV and read by its quantize, which zeroes layer l - 1's slots (l = 0: the last layer's), so
-  // every slot is zero before its next producer; zeroed at load (takes_fp8_act_amax).
+  // [layers][2][kFp8GemvMaxTokens] u32 (fp32 bits): layer l's o and down input amax, raised by
+  // the decode attention and the gate|up GEMV, read by the quantize, which zeroes layer l - 1's
+  // slots of its kind (l = 0: the last layer's), so every slot is zero before its next producer;
+  // zeroed at load (takes_fp8_act_amax).
   DeviceBuffer act_amax_;
   // Of the current forward: its lm_head GEMV writes greedy ids into async_ids_dev_ and
   // async_ids_host_[async_next_], the buffers of the sample_async() it promised (which alone
