@@ -601,8 +601,10 @@ TEST_CASE("fp8 gemv fused epilogues (SwiGLU, RoPE) equal the gemv then silu_mul 
           int nonzero = 0;  // not vacuous
           for (uint16_t v : want) nonzero += (v & 0x7fffu) != 0;
           CHECK(nonzero > int(want.size()) / 2);
-          if (kernels::fp8_swiglu_gives_amax(wm, m, group))
+          // act as a quantize input (down's: widths of 16-feature chunks; 37 is not one).
+          if (width % 16 == 0 && kernels::fp8_swiglu_gives_amax(wm, m, group)) {
             check_act_amax(wm, group, xq, xs, m, want);
+          }
         }
       }
     }

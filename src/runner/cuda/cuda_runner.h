@@ -102,12 +102,13 @@ class CudaRunner final : public ModelRunner {
   bool folds_int4_norms(int32_t num_tokens) const;
   // Whether W8A8 decode steps take o's and down's input amax from their producers (the decode
   // attention's stores, the gate|up GEMV's SwiGLU epilogue: kernels::launch_fp8_quantize_amax)
-  // rather than a pass of their own. TANDEM_FP8_ACT_AMAX=1|0
-  // sets the default (a measurement switch; off unless set). Before the first forward, as
+  // rather than a pass of their own: 0 neither, 1 o's only, 2 both. TANDEM_FP8_ACT_AMAX=0|1|2
+  // sets the default (a measurement switch; 0 unless set). Before the first forward, as
   // set_overlap_launches.
-  void set_fp8_act_amax(bool on) { fp8_act_amax_ = on; }
-  // Whether a forward of this many tokens does (run_model's rule).
+  void set_fp8_act_amax(int which) { fp8_act_amax_ = which; }
+  // Whether a forward of this many tokens takes o's (a decode batch) and down's (run_model's rule).
   bool takes_fp8_act_amax(int32_t num_tokens) const;
+  bool takes_fp8_down_amax(int32_t num_tokens) const;
   cudaStream_t stream() const { return stream_; }
   // Forwards whose lm_head GEMV took the greedy ids itself (ForwardBatch::greedy_next).
   int64_t lm_argmax_forwards() const { return lm_argmax_forwards_; }
@@ -165,8 +166,8 @@ class CudaRunner final : public ModelRunner {
   // gate|up's scales alike in every layer, and at least two layers (run_model rotates
   // act_amax_'s slots by layer); asked once at load.
   bool fp8_act_amax_capable_ = false;
-  bool fp8_act_amax_ = false;  // set_fp8_act_amax
-  MemoryPlan plan_;            // set once by make_cuda_runner
+  int fp8_act_amax_ = 0;  // set_fp8_act_amax
+  MemoryPlan plan_;       // set once by make_cuda_runner
   // The fewest rows any layer's Linear keeps on its decode kernel (device_linear.h).
   int32_t decode_rows_limit_ = std::numeric_limits<int32_t>::max();
   std::atomic<int64_t> graph_bytes_{0};        // measured at each graph instantiation
