@@ -515,7 +515,9 @@ __global__ void __launch_bounds__(32 * kDecodeMaxWarps) decode_attention_tc_kern
         store_merged(kvh * G + gi, d, ob, mb, lb);
       }
     }
-    if (out_amax != nullptr && splits == 1) raise_amax(out_amax + t, most);
+    if (out_amax != nullptr && splits == 1) {
+      raise_amax(out_amax + t * kAmaxTokenWords, most, kvh * num_warps + warp);
+    }
     return;
   }
   // The scales first, once a query head: every output element used to recompute all of them
@@ -548,7 +550,9 @@ __global__ void __launch_bounds__(32 * kDecodeMaxWarps) decode_attention_tc_kern
       if (w < num_warps) ob += warps_sm[w].state.o[gi][d] * merged.f[w][gi];
     store_merged(kvh * G + gi, d, ob, merged.mb[gi], merged.lb[gi]);
   }
-  if (out_amax != nullptr && splits == 1) raise_amax(out_amax + t, most);
+  if (out_amax != nullptr && splits == 1) {
+    raise_amax(out_amax + t * kAmaxTokenWords, most, kvh * num_warps + warp);
+  }
 }
 
 template <int D>
@@ -616,7 +620,9 @@ __global__ void combine_kernel(const float* __restrict__ partials, int D, int nu
     out[(int64_t(t) * num_heads + h) * D + d] = v;
     most = max(most, abs_bits(__bfloat162float(v)));
   }
-  if (out_amax != nullptr) raise_amax(out_amax + t, most);  // whole warps: D rounded up to 32
+  if (out_amax != nullptr) {  // whole warps: D rounded up to 32
+    raise_amax(out_amax + t * kAmaxTokenWords, most, h * (blockDim.x >> 5) + (threadIdx.x >> 5));
+  }
 }
 
 }  // namespace

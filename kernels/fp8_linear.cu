@@ -143,14 +143,21 @@ __global__ void __launch_bounds__(kAmaxQuantThreads)
   pdl::grid_dependency_wait();
   const int64_t t = blockIdx.y;
   const int c = blockIdx.x * kAmaxQuantThreads + threadIdx.x;
-  const float scale = dynamic_scale(__uint_as_float(pdl::load_input(amax + t)), scale_ub);
+  // Token t's slots, a lane each (kAmaxSpread == 32), every warp reducing them for itself.
+  static_assert(kAmaxSpread == 32, "a lane a slot");
+  const uint32_t slot =
+      pdl::load_input(amax + t * kAmaxTokenWords + (threadIdx.x & 31) * kAmaxStride);
+  const float scale =
+      dynamic_scale(__uint_as_float(__reduce_max_sync(0xffffffffu, slot)), scale_ub);
   if (c < k / 8) {
     const uint4 v = pdl::load_input(reinterpret_cast<const uint4*>(x + t * k) + c);
     reinterpret_cast<uint2*>(xq + t * k)[c] = quantize8(v, scale);
   }
   if (blockIdx.x == 0 && threadIdx.x == 0) x_scale[t] = scale;
-  if (clear != nullptr && blockIdx.x == 0 && t == 0 && threadIdx.x < kFp8GemvMaxTokens) {
-    clear[threadIdx.x] = 0u;
+  if (clear != nullptr && blockIdx.x == 0 && t == 0) {
+    for (int i = threadIdx.x; i < kFp8GemvMaxTokens * kAmaxSpread; i += kAmaxQuantThreads) {
+      clear[(i / kAmaxSpread) * kAmaxTokenWords + (i % kAmaxSpread) * kAmaxStride] = 0u;
+    }
   }
 }
 
@@ -279,7 +286,8 @@ struct SwiGluRows {
   static constexpr bool kPairs = true;
   __nv_bfloat16* act;  // [m, width] out
   int32_t width;
-  // [m] max |act[t, :]| as fp32 bits (amax_bits.cuh), or null. The CUDA-core form only (finish).
+  // [m][kAmaxTokenWords] max |act[t, :]| as fp32 bits (amax_bits.cuh), or null. The CUDA-core
+  // form only (finish).
   uint32_t* amax = nullptr;
   int32_t units(int R) const { return (width + R / 2 - 1) / (R / 2); }
   __device__ int row(int unit, int R, int r) const {
@@ -307,7 +315,7 @@ struct SwiGluRows {
     if (amax == nullptr) return;
 #pragma unroll
     for (int t = 0; t < M; ++t) {  // every lane is here: a warp exits whole before its loop
-      raise_amax(amax + t, mine[t]);
+      raise_amax(amax + t * kAmaxTokenWords, mine[t], unit);
     }
   }
   int32_t tiles() const {

@@ -180,7 +180,8 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig& config
   r->fp8_act_amax_capable_ = r->fp8_act_amax_layers();
   r->fp8_act_amax_ = kernels::env_choice("TANDEM_FP8_ACT_AMAX", {0, 1, 2}, 0);
   if (r->fp8_act_amax_capable_) {
-    const size_t slots = r->weights_.layers.size() * 2 * size_t(kernels::kFp8GemvMaxTokens);
+    const size_t slots = r->weights_.layers.size() * 2 * size_t(kernels::kFp8GemvMaxTokens) *
+                         size_t(kernels::kAmaxTokenWords);
     r->act_amax_ = DeviceBuffer(slots * 4);
     TANDEM_CUDA_CHECK(cudaMemset(r->act_amax_.ptr(), 0, r->act_amax_.bytes()));
   }
@@ -592,7 +593,8 @@ void CudaRunner::run_model(int32_t T, int32_t L) {
   const int32_t layers = int32_t(c.num_layers);
   // Layer l's slots for o's input (which 0) and down's (1).
   auto amax_slots = [&](int32_t layer, int which) {
-    return act_amax_.as<uint32_t>() + (int64_t(layer) * 2 + which) * kernels::kFp8GemvMaxTokens;
+    return act_amax_.as<uint32_t>() +
+           (int64_t(layer) * 2 + which) * kernels::kFp8GemvMaxTokens * kernels::kAmaxTokenWords;
   };
   // Quantizes x [T, k] for the W8A8 Linear w from layer li's slots, zeroing layer li - 1's.
   auto quantize_from_amax = [&](const __nv_bfloat16* x, const DeviceLinear& w, int32_t li,
@@ -903,8 +905,9 @@ bool CudaRunner::takes_fp8_act_amax(int32_t T) const {
 }
 
 // Down's from the gate|up GEMV's epilogue too (its CUDA-core form only). At one token that is an
-// atomic for each warp's one output, all on one address: FP8 7B batch 1 +4.1% on the H100
-// (NOTES.md v61), so only where asked (2).
+// atomic for each warp's one output: on one address a token, FP8 7B batch 1 +4.1% on the H100
+// (NOTES.md v61); spread over kernels::kAmaxSpread slots since, not yet measured. So only where
+// asked (2).
 bool CudaRunner::takes_fp8_down_amax(int32_t T) const {
   if (!takes_fp8_act_amax(T) || fp8_act_amax_ < 2) return false;
   kernels::Fp8Matrix gate_up;

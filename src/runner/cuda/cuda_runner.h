@@ -228,7 +228,8 @@ class CudaRunner final : public ModelRunner {
   DeviceBuffer argmax_scratch_;  // kernels::argmax_scratch_bytes(vocab)
   // kernels::kGemvArgmaxScratchBytes: the lm_head GEMV's own argmax (ForwardBatch::greedy_next)
   DeviceBuffer lm_argmax_scratch_;
-  // [layers][2][kFp8GemvMaxTokens] u32 (fp32 bits): layer l's o and down input amax, raised by
+  // [layers][2][kFp8GemvMaxTokens][kAmaxTokenWords] u32 (fp32 bits; kernels/amax_bits.cuh):
+  // layer l's o and down input amax, raised by
   // the decode attention and the gate|up GEMV, read by the quantize, which zeroes layer l - 1's
   // slots of its kind (l = 0: the last layer's), so every slot is zero before its next producer;
   // zeroed at load (takes_fp8_act_amax).
