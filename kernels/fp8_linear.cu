@@ -131,7 +131,7 @@ __global__ void __launch_bounds__(kQuantThreads)
 // Per-token scales from an amax its producer already took (launch_fp8_gemv_swiglu's act_amax):
 // no pass over the row before the divisions, so a thread converts one 8-feature chunk right
 // after the wait, and a long row (down's 18,944 features) spreads over many small blocks.
-// Block (0, 0) also zeroes `clear` (kFp8GemvMaxTokens slots) for a later producer.
+// Block (0, 0) also zeroes `clear` (every token's kAmaxSpread slots) for a later producer.
 constexpr int kAmaxQuantThreads = 128;
 
 __global__ void __launch_bounds__(kAmaxQuantThreads)
