@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "amax_bits.cuh"
 #include "cuda_check.cuh"
 #include "device_info.cuh"
 #include "env_knob.h"
@@ -231,7 +232,7 @@ __global__ void __launch_bounds__(32 * kDecodeMaxWarps) decode_attention_tc_kern
     const __nv_bfloat16* __restrict__ v_cache, const int32_t* __restrict__ token_seq,
     const int32_t* __restrict__ positions, const int32_t* __restrict__ seq_page_start,
     const int32_t* __restrict__ page_ids, PagedAttentionShape s, float* __restrict__ partials,
-    __nv_bfloat16* __restrict__ out, bool warp_merge) {
+    __nv_bfloat16* __restrict__ out, bool warp_merge, uint32_t* __restrict__ out_amax) {
   constexpr int D8 = D / 8, KC = D / 16, NT = D / 8, ST = kTcKeys / 8;
   constexpr int LPR = D8, RPI = 32 / LPR, NI = kTcKeys / RPI;  // K/V rows: lanes, rows, copies
   if constexpr (!kEarly) pdl::grid_dependency_wait();
@@ -457,9 +458,12 @@ __global__ void __launch_bounds__(32 * kDecodeMaxWarps) decode_attention_tc_kern
   l += __shfl_xor_sync(0xffffffffu, l, 2);
 
   // Head h's merged element d: the output itself, or (several splits) the block's partial.
+  uint32_t most = 0u;  // the largest |output| this thread stored, as bits (out_amax)
   auto store_merged = [&](int h, int d, float ob, float mb, float lb) {
     if (splits == 1) {  // nothing left to merge: the output itself
-      out[(int64_t(t) * s.num_heads + h) * D + d] = __float2bfloat16(ob / lb);
+      const __nv_bfloat16 v = __float2bfloat16(ob / lb);
+      out[(int64_t(t) * s.num_heads + h) * D + d] = v;
+      most = max(most, abs_bits(__bfloat162float(v)));
     } else {
       float* part = partials + ((int64_t(t) * s.num_heads + h) * splits + split) * (D + 2);
       part[d] = ob;
@@ -511,6 +515,9 @@ __global__ void __launch_bounds__(32 * kDecodeMaxWarps) decode_attention_tc_kern
         store_merged(kvh * G + gi, d, ob, mb, lb);
       }
     }
+    if (out_amax != nullptr && splits == 1) {
+      raise_amax(out_amax + t * kAmaxTokenWords, most, kvh * num_warps + warp);
+    }
     return;
   }
   // The scales first, once a query head: every output element used to recompute all of them
@@ -543,14 +550,17 @@ __global__ void __launch_bounds__(32 * kDecodeMaxWarps) decode_attention_tc_kern
       if (w < num_warps) ob += warps_sm[w].state.o[gi][d] * merged.f[w][gi];
     store_merged(kvh * G + gi, d, ob, merged.mb[gi], merged.lb[gi]);
   }
+  if (out_amax != nullptr && splits == 1) {
+    raise_amax(out_amax + t * kAmaxTokenWords, most, kvh * num_warps + warp);
+  }
 }
 
 template <int D>
 void launch_tc(const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache,
                const int32_t* token_seq, const int32_t* positions, const int32_t* seq_page_start,
                const int32_t* page_ids, PagedAttentionShape shape, int32_t num_slices,
-               float* partials, __nv_bfloat16* out, cudaStream_t stream, bool pdl,
-               bool warp_merge) {
+               float* partials, __nv_bfloat16* out, cudaStream_t stream, bool pdl, bool warp_merge,
+               uint32_t* out_amax) {
   const int max_warps = tc_max_warps<D>();
   const int warps = tc_warps(num_slices, max_warps);
   // A grid of at most one block an SM asks for max_warps' shared memory whatever its warps use:
@@ -576,14 +586,14 @@ void launch_tc(const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   pdl::launch(pdl, kernel, dim3(shape.num_tokens, shape.num_kv_heads, splits), 32 * warps, smem,
               stream, q, k_cache, v_cache, token_seq, positions, seq_page_start, page_ids, shape,
-              partials, out, warp_merge);
+              partials, out, warp_merge, out_amax);
 }
 
 // One block per (token, head): merge the splits' states. Split 0 is never empty. Each split's
 // scale is computed once (warp 0), not once an output dimension: Qwen2.5-7B batch 1 at a 4k
 // context 3.860 -> 3.818 ms, the 0.5B 0.719-0.727 -> 0.690-0.692 (H200, NOTES.md v33).
 __global__ void combine_kernel(const float* __restrict__ partials, int D, int num_heads, int splits,
-                               __nv_bfloat16* __restrict__ out) {
+                               __nv_bfloat16* __restrict__ out, uint32_t* __restrict__ out_amax) {
   __shared__ float scale_s[kDecodeMaxSplits];
   __shared__ float total_s;
   const int t = blockIdx.x, h = blockIdx.y;
@@ -602,10 +612,16 @@ __global__ void combine_kernel(const float* __restrict__ partials, int D, int nu
     }
   }
   __syncthreads();
+  uint32_t most = 0u;
   for (int d = threadIdx.x; d < D; d += blockDim.x) {
     float o = 0.0f;
     for (int i = 0; i < splits; ++i) o += base[i * (D + 2) + d] * scale_s[i];
-    out[(int64_t(t) * num_heads + h) * D + d] = __float2bfloat16(o / total_s);
+    const __nv_bfloat16 v = __float2bfloat16(o / total_s);
+    out[(int64_t(t) * num_heads + h) * D + d] = v;
+    most = max(most, abs_bits(__bfloat162float(v)));
+  }
+  if (out_amax != nullptr) {  // whole warps: D rounded up to 32
+    raise_amax(out_amax + t * kAmaxTokenWords, most, h * (blockDim.x >> 5) + (threadIdx.x >> 5));
   }
 }
 
@@ -630,7 +646,7 @@ void launch_decode_attention(const __nv_bfloat16* q, const __nv_bfloat16* k_cach
                              const int32_t* positions, const int32_t* seq_page_start,
                              const int32_t* page_ids, PagedAttentionShape shape, int32_t num_slices,
                              float* partials, __nv_bfloat16* out, cudaStream_t stream, bool pdl,
-                             bool warp_merge) {
+                             bool warp_merge, uint32_t* out_amax) {
   if (shape.num_tokens == 0) return;
   const bool tc = decode_attention_tensor_cores(shape.head_dim);
   if (shape.head_dim > kMaxD || shape.head_dim % 8 != 0 ||
@@ -644,11 +660,11 @@ void launch_decode_attention(const __nv_bfloat16* q, const __nv_bfloat16* k_cach
   switch (shape.head_dim) {
     case 64:
       launch_tc<64>(q, k_cache, v_cache, token_seq, positions, seq_page_start, page_ids, shape,
-                    num_slices, partials, out, stream, pdl, warp_merge);
+                    num_slices, partials, out, stream, pdl, warp_merge, out_amax);
       break;
     case 128:
       launch_tc<128>(q, k_cache, v_cache, token_seq, positions, seq_page_start, page_ids, shape,
-                     num_slices, partials, out, stream, pdl, warp_merge);
+                     num_slices, partials, out, stream, pdl, warp_merge, out_amax);
       break;
     default:  // other head sizes: the scalar kernel, one block per slice
       decode_attention_kernel<<<dim3(shape.num_tokens, shape.num_kv_heads, num_slices), kThreads, 0,
@@ -661,7 +677,7 @@ void launch_decode_attention(const __nv_bfloat16* q, const __nv_bfloat16* k_cach
   if (tc && splits == 1) return;
   const int threads = (shape.head_dim + 31) / 32 * 32;
   combine_kernel<<<dim3(shape.num_tokens, shape.num_heads), threads, 0, stream>>>(
-      partials, shape.head_dim, shape.num_heads, splits, out);
+      partials, shape.head_dim, shape.num_heads, splits, out, out_amax);
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 

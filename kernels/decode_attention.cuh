@@ -61,6 +61,10 @@ void launch_decode_attention(const __nv_bfloat16* q,         // [T, H * D] in
                              // position are read before the wait, so that kernel must write
                              // only q and the query tokens' own K/V rows. A sequence's tokens
                              // are consecutive, at consecutive positions.
-                             bool pdl = false, bool warp_merge = decode_attention_warp_merge());
+                             bool pdl = false, bool warp_merge = decode_attention_warp_merge(),
+                             // Optional, [T][kAmaxTokenWords] fp32 bits, zero on entry: each
+                             // token's max |out| raised into its slots (amax_bits.cuh), for
+                             // launch_fp8_quantize_amax.
+                             uint32_t* out_amax = nullptr);
 
 }  // namespace tandem::kernels

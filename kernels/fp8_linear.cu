@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <type_traits>
 
+#include "amax_bits.cuh"
 #include "block_reduce.cuh"
 #include "cuda_check.cuh"
 #include "device_info.cuh"
@@ -125,6 +126,39 @@ __global__ void __launch_bounds__(kQuantThreads)
   if (!in) return;
   reinterpret_cast<uint2*>(xq + t * k)[c] = quantize8(v, scale);
   if (threadIdx.x % kGroupThreads == 0) x_scale[t * groups + g] = scale;
+}
+
+// Per-token scales from an amax its producer already took (launch_fp8_gemv_swiglu's act_amax):
+// no pass over the row before the divisions, so a thread converts one 8-feature chunk right
+// after the wait, and a long row (down's 18,944 features) spreads over many small blocks.
+// Block (0, 0) also zeroes `clear` (every token's kAmaxSpread slots) for a later producer.
+constexpr int kAmaxQuantThreads = 128;
+
+__global__ void __launch_bounds__(kAmaxQuantThreads)
+    quantize_amax_kernel(const __nv_bfloat16* __restrict__ x, int32_t k,
+                         const uint32_t* __restrict__ amax, float scale_ub,
+                         uint8_t* __restrict__ xq, float* __restrict__ x_scale,
+                         uint32_t* __restrict__ clear) {
+  pdl::allow_dependents();
+  pdl::grid_dependency_wait();
+  const int64_t t = blockIdx.y;
+  const int c = blockIdx.x * kAmaxQuantThreads + threadIdx.x;
+  // Token t's slots, a lane each (kAmaxSpread == 32), every warp reducing them for itself.
+  static_assert(kAmaxSpread == 32, "a lane a slot");
+  const uint32_t slot =
+      pdl::load_input(amax + t * kAmaxTokenWords + (threadIdx.x & 31) * kAmaxStride);
+  const float scale =
+      dynamic_scale(__uint_as_float(__reduce_max_sync(0xffffffffu, slot)), scale_ub);
+  if (c < k / 8) {
+    const uint4 v = pdl::load_input(reinterpret_cast<const uint4*>(x + t * k) + c);
+    reinterpret_cast<uint2*>(xq + t * k)[c] = quantize8(v, scale);
+  }
+  if (blockIdx.x == 0 && threadIdx.x == 0) x_scale[t] = scale;
+  if (clear != nullptr && blockIdx.x == 0 && t == 0) {
+    for (int i = threadIdx.x; i < kFp8GemvMaxTokens * kAmaxSpread; i += kAmaxQuantThreads) {
+      clear[(i / kAmaxSpread) * kAmaxTokenWords + (i % kAmaxSpread) * kAmaxStride] = 0u;
+    }
+  }
 }
 
 // ---- decode GEMV ---------------------------------------------------------------------------
@@ -252,6 +286,9 @@ struct SwiGluRows {
   static constexpr bool kPairs = true;
   __nv_bfloat16* act;  // [m, width] out
   int32_t width;
+  // [m][kAmaxTokenWords] max |act[t, :]| as fp32 bits (amax_bits.cuh), or null. The CUDA-core
+  // form only (finish).
+  uint32_t* amax = nullptr;
   int32_t units(int R) const { return (width + R / 2 - 1) / (R / 2); }
   __device__ int row(int unit, int R, int r) const {
     const int j = unit * (R / 2) + r / 2;
@@ -264,14 +301,22 @@ struct SwiGluRows {
   }
   template <int M, int R>
   __device__ void finish(int unit, const float (&v)[M][R], int lane, const Ahead&) const {
+    uint32_t mine[M];  // |act| this lane stored for token t, as bits (0: none)
 #pragma unroll
-    for (int t = 0; t < M; ++t)
+    for (int t = 0; t < M; ++t) {
+      mine[t] = 0u;
 #pragma unroll
       for (int p = 0; p < R / 2; ++p) {
         const int j = unit * (R / 2) + p;
         if (lane != t * (R / 2) + p || j >= width) continue;
-        put(t, j, v[t][2 * p], v[t][2 * p + 1]);
+        mine[t] = abs_bits(put(t, j, v[t][2 * p], v[t][2 * p + 1]));
       }
+    }
+    if (amax == nullptr) return;
+#pragma unroll
+    for (int t = 0; t < M; ++t) {  // every lane is here: a warp exits whole before its loop
+      raise_amax(amax + t * kAmaxTokenWords, mine[t], unit);
+    }
   }
   int32_t tiles() const {
     return PairTiles{width}.tiles();
@@ -284,9 +329,11 @@ struct SwiGluRows {
     const int j = PairTiles{width}.pair(tile, g);
     if (j >= 0) put(t, j, gate, up);
   }
-  __device__ void put(int t, int j, float gate, float up) const {
-    act[int64_t(t) * width + j] =
-        __float2bfloat16(silu_times(bf16_rounded(gate), bf16_rounded(up)));
+  // Stores act[t, j] and returns it (as stored, widened).
+  __device__ float put(int t, int j, float gate, float up) const {
+    const __nv_bfloat16 a = __float2bfloat16(silu_times(bf16_rounded(gate), bf16_rounded(up)));
+    act[int64_t(t) * width + j] = a;
+    return __bfloat162float(a);
   }
 };
 
@@ -576,13 +623,14 @@ constexpr int rows_per_warp() {
 // 48.1 / 37.1, 31.3 / 21.3; at 4 tokens gate|up 53.9 / 39.1 (H200, NOTES.md v23).
 // TANDEM_FP8_MMA=0 keeps the CUDA-core GEMV everywhere, 1 takes the tensor cores wherever they
 // fit (A/B runs and sweeps).
-bool mma_takes(const GemvArgs& a, int32_t m, bool segmented) {
+bool mma_takes_w8a8(int32_t k, int32_t m, bool segmented) {
   static const int forced = env_choice("TANDEM_FP8_MMA", {0, 1}, -1);
-  if (forced == 0 || a.x_scale == nullptr || a.w.k % fp8_mma::kSegment != 0 ||
-      !has_fp8_tensor_cores()) {
-    return false;
-  }
+  if (forced == 0 || k % fp8_mma::kSegment != 0 || !has_fp8_tensor_cores()) return false;
   return forced == 1 || m >= 2 || segmented;
+}
+
+bool mma_takes(const GemvArgs& a, int32_t m, bool segmented) {
+  return a.x_scale != nullptr && mma_takes_w8a8(a.w.k, m, segmented);
 }
 
 template <int kParts, int kUnroll, typename Epilogue>
@@ -725,11 +773,30 @@ void launch_fp8_gemv(const uint8_t* xq, const float* x_scale, int32_t group, con
 
 void launch_fp8_gemv_swiglu(const uint8_t* xq, const float* x_scale, int32_t group,
                             const Fp8Matrix& w, int32_t m, __nv_bfloat16* act, cudaStream_t stream,
-                            bool pdl) {
+                            bool pdl, uint32_t* act_amax) {
   const GemvArgs a = w8a8_args("fp8_gemv_swiglu", x_scale, group, w, m);
   if (w.n % 2 != 0) refuse("fp8_gemv_swiglu: odd rows", m, w.k, group);
-  dispatch_gemv(E4m3Activations{xq, w.k}, a, SwiGluRows{act, w.n / 2}, m, w.block || group < w.k,
-                pdl, stream);
+  if (act_amax != nullptr && !fp8_swiglu_gives_amax(w, m, group)) {
+    refuse("fp8_gemv_swiglu: act_amax", m, w.k, group);
+  }
+  dispatch_gemv(E4m3Activations{xq, w.k}, a, SwiGluRows{act, w.n / 2, act_amax}, m,
+                w.block || group < w.k, pdl, stream);
+}
+
+bool fp8_swiglu_gives_amax(const Fp8Matrix& w, int32_t m, int32_t group) {
+  return m >= 1 && m <= kFp8GemvMaxTokens && group > 0 &&
+         !mma_takes_w8a8(w.k, m, w.block || group < w.k);
+}
+
+void launch_fp8_quantize_amax(const __nv_bfloat16* x, int32_t m, int32_t k, const uint32_t* amax,
+                              float scale_ub, uint8_t* xq, float* x_scale, uint32_t* clear,
+                              cudaStream_t stream, bool pdl) {
+  if (m == 0) return;
+  if (m > kFp8GemvMaxTokens || k % 16 != 0) refuse("fp8_quantize_amax", m, k, k);
+  const dim3 grid((k / 8 + kAmaxQuantThreads - 1) / kAmaxQuantThreads, m);
+  pdl::launch(pdl, quantize_amax_kernel, grid, kAmaxQuantThreads, 0, stream, x, k, amax, scale_ub,
+              xq, x_scale, clear);
+  TANDEM_CUDA_CHECK_LAUNCH();
 }
 
 bool fp8_qkv_rope_fuses(const Fp8Matrix& w, int32_t m, const RopeKvShape& s) {

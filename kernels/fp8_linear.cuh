@@ -14,6 +14,7 @@
 
 #include <cstdint>
 
+#include "amax_slots.h"
 #include "rope_kv.cuh"
 
 namespace tandem::kernels {
@@ -52,10 +53,24 @@ void launch_fp8_gemv(const uint8_t* xq, const float* x_scale, int32_t group, con
 
 // The same GEMV for W = gate | up ([2 * width, k]) with the SwiGLU in its epilogue:
 // act[t, j] = silu(gate) · up, the same bits as launch_fp8_gemv (bf16 out) then launch_silu_mul.
+// act_amax (optional, [m][kAmaxTokenWords] fp32 bits, zero on entry): each token's max |act| is
+// raised into its slots (amax_bits.cuh), for launch_fp8_quantize_amax; only where
+// fp8_swiglu_gives_amax holds (the CUDA-core form, not the tensor-core one).
 void launch_fp8_gemv_swiglu(const uint8_t* xq, const float* x_scale, int32_t group,
                             const Fp8Matrix& w, int32_t m,
                             __nv_bfloat16* act,  // [m, width] out
-                            cudaStream_t stream, bool pdl = false);
+                            cudaStream_t stream, bool pdl = false, uint32_t* act_amax = nullptr);
+bool fp8_swiglu_gives_amax(const Fp8Matrix& w, int32_t m, int32_t group);
+// launch_fp8_quantize's per-token dynamic form (group = k) from amax [m][kAmaxTokenWords] (fp32
+// bits, each row's max |x| spread over its slots, as launch_fp8_gemv_swiglu leaves it): the same
+// bits, without the pass over each row for its amax first. m <= kFp8GemvMaxTokens. clear
+// (optional, [kFp8GemvMaxTokens][kAmaxTokenWords]): every token's slots zeroed after the wait,
+// for a later producer (the runner rotates its slots by layer).
+void launch_fp8_quantize_amax(const __nv_bfloat16* x,  // [m, k] in
+                              int32_t m, int32_t k, const uint32_t* amax, float scale_ub,
+                              uint8_t* xq,     // [m, k] out
+                              float* x_scale,  // [m] out
+                              uint32_t* clear, cudaStream_t stream, bool pdl = false);
 
 // The same GEMV for W = q | k | v with RoPE and the K/V page write in its epilogue: the same bits
 // as launch_fp8_gemv (bf16 out) then launch_rope_kv_write. fp8_qkv_rope_fuses: whether the shape

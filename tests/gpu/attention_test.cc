@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 
 #include "gpu_test_util.h"
+#include "kernels/amax_slots.h"
 #include "kernels/decode_attention.cuh"
 #include "kernels/paged_attention.cuh"
 #include "kernels/prefill_attention.cuh"
@@ -147,7 +149,7 @@ void run_case(const Case& c) {
     for (int slices : slice_counts) {
       CAPTURE(slices);
       CHECK(kernels::decode_attention_splits(D, slices) <= kernels::kDecodeMaxSplits);
-      auto run_decode = [&](bool pdl, bool warp_merge = true) {
+      auto run_decode = [&](bool pdl, bool warp_merge = true, uint32_t* out_amax = nullptr) {
         TANDEM_CUDA_CHECK(cudaMemcpy(dk.p, kc.data(), cache_n * 2, cudaMemcpyHostToDevice));
         TANDEM_CUDA_CHECK(cudaMemcpy(dv.p, vc.data(), cache_n * 2, cudaMemcpyHostToDevice));
         dq.poison();
@@ -159,13 +161,45 @@ void run_case(const Case& c) {
         kernels::launch_decode_attention(
             dq.p, dk.p, dv.p, dseq.p, dpos.p, dstart.p, dpages.p,
             kernels::PagedAttentionShape{T, H, KVH, D, P, float(scale)}, slices, partials.p, dout.p,
-            nullptr, pdl, warp_merge);
+            nullptr, pdl, warp_merge, out_amax);
         return to_f32(dout.get<uint16_t>());
       };
       const auto dout1 = run_decode(false);
       CHECK(rel_error(dout1, oref) < 1e-2);
       const auto dout2 = run_decode(false);
       CHECK(same_bits(dout1.data(), dout2.data(), dout1.size() * 4));
+      // Each token's max |out| raised into zeroed slots (for the FP8 quantize of o's input), by
+      // the kernel's own stores or the combine's: the same outputs, either merge, overlapped too.
+      {
+        std::vector<uint32_t> most(size_t(T), 0u);
+        for (int t = 0; t < T; ++t)
+          for (int i = 0; i < H * D; ++i) {
+            const float a = std::fabs(dout1[size_t(t) * H * D + size_t(i)]);
+            uint32_t bits = 0;
+            std::memcpy(&bits, &a, 4);
+            most[size_t(t)] = std::max(most[size_t(t)], bits);
+          }
+        Dev<uint32_t> amax{size_t(T) * kernels::kAmaxTokenWords};
+        int cc_major = 0;
+        TANDEM_CUDA_CHECK(cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, 0));
+        for (bool pdl : {false, true}) {
+          if (pdl && cc_major < 9) continue;
+          for (bool warp_merge : {true, false}) {
+            CAPTURE(pdl);
+            CAPTURE(warp_merge);
+            TANDEM_CUDA_CHECK(cudaMemset(amax.p, 0, amax.n * sizeof(uint32_t)));
+            const auto with_amax = run_decode(pdl, warp_merge, amax.p);
+            CHECK(same_bits(dout1.data(), with_amax.data(), dout1.size() * 4));
+            const auto words = amax.get<uint32_t>();
+            std::vector<uint32_t> got(size_t(T), 0u);  // each token's max over its slots
+            for (size_t i = 0; i < words.size(); ++i) {
+              got[i / kernels::kAmaxTokenWords] =
+                  std::max(got[i / kernels::kAmaxTokenWords], words[i]);
+            }
+            CHECK((got == most));
+          }
+        }
+      }
       // The overlapped launch's kernel (the first tile's K/V before its wait, q straight into
       // registers) computes the same sums in the same order, at any query length: before its
       // wait it reads only the keys before each sequence's first query token, and rope_kv,

@@ -3,6 +3,7 @@
 // against fp64 sums of the same e4m3 values, dequantization bit for bit against dequant_rows.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -513,6 +514,70 @@ void quantize_on(const Dev<__nv_bfloat16>& x, int m, int k, int group, Dev<uint8
   kernels::launch_fp8_quantize(x.p, m, k, group, nullptr, 0.0f, xq.p, xs.p, stream, pdl);
 }
 
+// launch_fp8_gemv_swiglu's act_amax (each token's max |act| as fp32 bits, raised into zeroed
+// slots) and launch_fp8_quantize_amax over it: the act bits of the plain form (`want`), and the
+// codes and scales launch_fp8_quantize gives `act` (with and without an upper bound), overlapped
+// launches too; its `clear` slots zeroed.
+void check_act_amax(const kernels::Fp8Matrix& wm, int group, const Dev<uint8_t>& xq,
+                    const Dev<float>& xs, int m, const std::vector<uint16_t>& want) {
+  const int width = wm.n / 2;
+  std::vector<uint32_t> most(size_t(m), 0u);
+  for (int t = 0; t < m; ++t)
+    for (int j = 0; j < width; ++j) {
+      const float a = std::fabs(bf16_to_f32(want[size_t(t) * width + j]));
+      uint32_t bits = 0;
+      std::memcpy(&bits, &a, 4);
+      most[size_t(t)] = std::max(most[size_t(t)], bits);
+    }
+  Dev<__nv_bfloat16> act(size_t(m) * width);
+  const size_t words = size_t(kernels::kFp8GemvMaxTokens) * kernels::kAmaxTokenWords;
+  Dev<uint32_t> amax(words), clear(words);
+  Dev<uint8_t> q_want(size_t(m) * width), q_got(size_t(m) * width);
+  Dev<float> s_want{size_t(m)}, s_got{size_t(m)};
+  for (bool pdl : {false, true}) {
+    CAPTURE(pdl);
+    TANDEM_CUDA_CHECK(cudaMemset(amax.p, 0, amax.n * sizeof(uint32_t)));
+    act.poison();
+    kernels::launch_fp8_gemv_swiglu(xq.p, xs.p, group, wm, m, act.p, nullptr, pdl, amax.p);
+    CHECK((act.get<uint16_t>() == want));
+    // Each token's max over its slots; nothing written past its m tokens or between slots.
+    const auto got = amax.get<uint32_t>();
+    for (int t = 0; t < kernels::kFp8GemvMaxTokens; ++t) {
+      CAPTURE(t);
+      uint32_t high = 0;
+      int used = 0;
+      for (int i = 0; i < kernels::kAmaxTokenWords; ++i) {
+        const uint32_t v = got[size_t(t) * kernels::kAmaxTokenWords + size_t(i)];
+        if (i % kernels::kAmaxStride != 0) CHECK(v == 0u);
+        high = std::max(high, v);
+        used += v != 0u;
+      }
+      CHECK(high == (t < m ? most[size_t(t)] : 0u));
+      if (t < m && width >= 64) CHECK(used > 1);  // spread, not one slot
+    }
+    for (float ub : {0.0f, 0.5f}) {
+      CAPTURE(ub);
+      q_want.poison();
+      s_want.poison();
+      kernels::launch_fp8_quantize(act.p, m, width, width, nullptr, ub, q_want.p, s_want.p,
+                                   nullptr);
+      q_got.poison();
+      s_got.poison();
+      clear.poison();
+      kernels::launch_fp8_quantize_amax(act.p, m, width, amax.p, ub, q_got.p, s_got.p, clear.p,
+                                        nullptr, pdl);
+      CHECK((q_got.get<uint8_t>() == q_want.get<uint8_t>()));
+      const auto a = s_got.get<float>(), b = s_want.get<float>();
+      CHECK(same_bits(a.data(), b.data(), a.size() * 4));
+      const auto zeroed = clear.get<uint32_t>();
+      int nonzero_slots = 0;
+      for (size_t i = 0; i < zeroed.size(); i += kernels::kAmaxStride)
+        nonzero_slots += zeroed[i] != 0u;
+      CHECK(nonzero_slots == 0);
+    }
+  }
+}
+
 }  // namespace
 
 TEST_CASE("fp8 gemv fused epilogues (SwiGLU, RoPE) equal the gemv then silu_mul / rope_kv_write") {
@@ -552,6 +617,10 @@ TEST_CASE("fp8 gemv fused epilogues (SwiGLU, RoPE) equal the gemv then silu_mul 
           int nonzero = 0;  // not vacuous
           for (uint16_t v : want) nonzero += (v & 0x7fffu) != 0;
           CHECK(nonzero > int(want.size()) / 2);
+          // act as a quantize input (down's: widths of 16-feature chunks; 37 is not one).
+          if (width % 16 == 0 && kernels::fp8_swiglu_gives_amax(wm, m, group)) {
+            check_act_amax(wm, group, xq, xs, m, want);
+          }
         }
       }
     }

@@ -224,6 +224,42 @@ TEST_CASE("fp8: overlapped W8A8 decode launches give the plain launches' bits") 
   }
 }
 
+// W8A8 decode steps whose o and down inputs are quantized per token take their amax from the
+// decode attention's stores and the gate|up GEMV's SwiGLU epilogue (CudaRunner::
+// takes_fp8_act_amax): the plain quantizes' bits, overlapped and not, graphs and eager, over
+// steps that reuse every layer's slots (a slot left unzeroed would carry an earlier step's amax
+// into a later scale). Static and block-group activations keep the quantize's own pass.
+TEST_CASE("fp8: o's and down's quantizes from their producers' amax give the plain bits") {
+  for (const char* format : {"fp8-channel", "fp8", "fp8-block"}) {
+    CAPTURE(format);
+    const QuantModel fp8(std::string("gpu-quant-amax-") + format, 37, format);
+    const bool per_token = std::strcmp(format, "fp8-channel") == 0;
+    for (bool overlap : {false, true}) {
+      for (bool graphs : {true, false}) {
+        CAPTURE(overlap);
+        CAPTURE(graphs);
+        auto run = [&](int amax) {
+          const auto [runner, cuda] = fp8.cuda_runner(overlap, graphs);
+          cuda->set_fp8_act_amax(amax);
+          CHECK(cuda->takes_fp8_act_amax(1) == (amax >= 1 && per_token));
+          CHECK(cuda->takes_fp8_act_amax(3) == (amax >= 1 && per_token));
+          // One token runs the CUDA-core GEMV, which gives down's amax; three the tensor-core one.
+          CHECK(cuda->takes_fp8_down_amax(1) == (amax == 2 && per_token));
+          CHECK_FALSE(cuda->takes_fp8_down_amax(3));
+          return greedy_logits(*runner);
+        };
+        const std::vector<float> plain = run(0);
+        for (int amax : {1, 2, 2}) {
+          CAPTURE(amax);
+          const std::vector<float> fused = run(amax);
+          REQUIRE(fused.size() == plain.size());
+          CHECK(std::memcmp(fused.data(), plain.data(), plain.size() * sizeof(float)) == 0);
+        }
+      }
+    }
+  }
+}
+
 // One-token int4 steps fold the RMSNorms into the GEMVs (CudaRunner::folds_int4_norms): the
 // norm's sum of squares runs in another order, so the logits are near the unfolded steps', not
 // equal; the greedy tokens are the same. Checked overlapped and not, graphs and eager.

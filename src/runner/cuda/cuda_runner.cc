@@ -177,6 +177,14 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig& config
       r->decode_rows_limit_ = std::min(r->decode_rows_limit_, linear_decode_rows_limit(*w));
     }
   }
+  r->fp8_act_amax_capable_ = r->fp8_act_amax_layers();
+  r->fp8_act_amax_ = kernels::env_choice("TANDEM_FP8_ACT_AMAX", {0, 1, 2}, 0);
+  if (r->fp8_act_amax_capable_) {
+    const size_t slots = r->weights_.layers.size() * 2 * size_t(kernels::kFp8GemvMaxTokens) *
+                         size_t(kernels::kAmaxTokenWords);
+    r->act_amax_ = DeviceBuffer(slots * 4);
+    TANDEM_CUDA_CHECK(cudaMemset(r->act_amax_.ptr(), 0, r->act_amax_.bytes()));
+  }
   const int64_t free_weights = free_now();
   r->plan_.weights_bytes = free_gemm - free_weights;
   r->plan_.weight_bytes_by_format = r->weights_.bytes_by_format;
@@ -581,7 +589,24 @@ void CudaRunner::run_model(int32_t T, int32_t L) {
   const bool fold_int4 = folds_int4_norms(T);
   const bool pdl = overlaps_launches(T, L) || overlaps_bf16_launches(T, L) ||
                    overlaps_int4_launches(T, L) || overlaps_fp8_launches(T, L);
-  for (int32_t li = 0; li < int32_t(c.num_layers); ++li) {
+  const bool act_amax = takes_fp8_act_amax(T), down_amax = takes_fp8_down_amax(T);
+  const int32_t layers = int32_t(c.num_layers);
+  // Layer l's slots for o's input (which 0) and down's (1).
+  auto amax_slots = [&](int32_t layer, int which) {
+    return act_amax_.as<uint32_t>() +
+           (int64_t(layer) * 2 + which) * kernels::kFp8GemvMaxTokens * kernels::kAmaxTokenWords;
+  };
+  // Quantizes x [T, k] for the W8A8 Linear w from layer li's slots, zeroing layer li - 1's.
+  auto quantize_from_amax = [&](const __nv_bfloat16* x, const DeviceLinear& w, int32_t li,
+                                int which) {
+    TokenFp8Input in;
+    token_fp8_input(w, &in);
+    kernels::launch_fp8_quantize_amax(x, T, w.k, amax_slots(li, which), in.scale_ub,
+                                      linear_scratch_.xq.as<uint8_t>(),
+                                      linear_scratch_.x_scale.as<float>(),
+                                      amax_slots((li + layers - 1) % layers, which), stream_, pdl);
+  };
+  for (int32_t li = 0; li < layers; ++li) {
     const DeviceLayer& w = weights_.layers[size_t(li)];
     __nv_bfloat16* kc = k_cache_.as<__nv_bfloat16>() + li * layer_kv;
     __nv_bfloat16* vc = v_cache_.as<__nv_bfloat16>() + li * layer_kv;
@@ -636,7 +661,9 @@ void CudaRunner::run_model(int32_t T, int32_t L) {
                                       q_.as<__nv_bfloat16>(), kc, vc, stream_, pdl);
       }
     }
-    attention(T, kc, vc, pdl);
+    // O's input amax from the decode attention's stores (a decode batch: decode_slices_).
+    const bool o_amax = act_amax && decode_slices_ > 0;
+    attention(T, kc, vc, pdl, o_amax ? amax_slots(li, 0) : nullptr);
     const kernels::NormedRows post_normed{residual, w.post_attn_norm.as<float>(), eps};
     if (fold) {
       kernels::launch_gemv_add(attn_.as<__nv_bfloat16>(), w.o.bf16(), T, H, NH * D, residual,
@@ -654,7 +681,12 @@ void CudaRunner::run_model(int32_t T, int32_t L) {
       kernels::launch_int4_gemv_add(act_.as<__nv_bfloat16>(), down_int4, T, residual, stream_, pdl);
       continue;
     }
-    linear(attn_.as<__nv_bfloat16>(), w.o, T, delta, pdl);
+    if (o_amax) {
+      quantize_from_amax(attn_.as<__nv_bfloat16>(), w.o, li, 0);
+      run_linear_prequantized(w.o, T, delta, /*out_f32=*/false, linear_scratch_, stream_, pdl);
+    } else {
+      linear(attn_.as<__nv_bfloat16>(), w.o, T, delta, pdl);
+    }
     const bool gate_up_fp8 = add_rmsnorm(delta, post_normed.weight, T, w.gate_up, pdl);
     // The SwiGLU fused into the projection: the GEMV for one token (4.55 vs 4.59 ms a 7B step,
     // NOTES.md v8), the skinny GEMM for 2-16 (7B gate|up 62.8-68.5 us against 75 for cuBLASLt
@@ -676,7 +708,8 @@ void CudaRunner::run_model(int32_t T, int32_t L) {
       }
       kernels::launch_fp8_gemv_swiglu(linear_scratch_.xq.as<uint8_t>(),
                                       linear_scratch_.x_scale.as<float>(), gate_up_group,
-                                      gate_up_fp8m, T, act_.as<__nv_bfloat16>(), stream_, pdl);
+                                      gate_up_fp8m, T, act_.as<__nv_bfloat16>(), stream_, pdl,
+                                      down_amax ? amax_slots(li, 1) : nullptr);
     } else if (kernels::skinny_swiglu_wins(T, H) && w.gate_up.bf16() != nullptr) {
       kernels::launch_skinny_swiglu(normed, w.gate_up.bf16(), T, I, H, act_.as<__nv_bfloat16>(),
                                     stream_, -1, pdl);
@@ -685,7 +718,12 @@ void CudaRunner::run_model(int32_t T, int32_t L) {
       kernels::launch_silu_mul(gate_up_.as<__nv_bfloat16>(), T, I, act_.as<__nv_bfloat16>(),
                                stream_);
     }
-    linear(act_.as<__nv_bfloat16>(), w.down, T, delta, pdl);
+    if (down_amax) {
+      quantize_from_amax(act_.as<__nv_bfloat16>(), w.down, li, 1);
+      run_linear_prequantized(w.down, T, delta, /*out_f32=*/false, linear_scratch_, stream_, pdl);
+    } else {
+      linear(act_.as<__nv_bfloat16>(), w.down, T, delta, pdl);
+    }
   }
   // Folded layers left the residual complete; otherwise the last MLP output joins it here.
   kernels::launch_add_rmsnorm(residual, fold || fold_int4 ? nullptr : delta,
@@ -725,7 +763,8 @@ void CudaRunner::run_model(int32_t T, int32_t L) {
   }
 }
 
-void CudaRunner::attention(int32_t T, const __nv_bfloat16* kc, const __nv_bfloat16* vc, bool pdl) {
+void CudaRunner::attention(int32_t T, const __nv_bfloat16* kc, const __nv_bfloat16* vc, bool pdl,
+                           uint32_t* out_amax) {
   const ModelConfig& c = config_;
   const int32_t D = int32_t(c.head_dim);
   const int32_t* meta = meta_dev_[meta_cur_].as<int32_t>();
@@ -741,7 +780,8 @@ void CudaRunner::attention(int32_t T, const __nv_bfloat16* kc, const __nv_bfloat
   } else if (decode_slices_ > 0) {
     kernels::launch_decode_attention(q, kc, vc, meta + off_token_seq_, meta + off_positions_,
                                      meta + off_seq_page_start_, meta + off_page_ids_, shape,
-                                     decode_slices_, attn_partials_.as<float>(), out, stream_, pdl);
+                                     decode_slices_, attn_partials_.as<float>(), out, stream_, pdl,
+                                     kernels::decode_attention_warp_merge(), out_amax);
   } else {
     kernels::launch_paged_attention(q, kc, vc, meta + off_token_seq_, meta + off_positions_,
                                     meta + off_seq_page_start_, meta + off_page_ids_, shape, out,
@@ -839,6 +879,41 @@ bool CudaRunner::int4_fold_layers() const {
     return single_int4_matrix(l.qkv, &qkv) && kernels::int4_qkv_rope_fuses(qkv, 1, shape) &&
            single_int4_matrix(l.gate_up, &gate_up) && kernels::int4_swiglu_fuses(gate_up, 1);
   });
+}
+
+bool CudaRunner::fp8_act_amax_layers() const {
+  const auto& layers = weights_.layers;
+  if (layers.size() < 2) return false;
+  kernels::Fp8Matrix first;
+  int32_t first_group = 0;
+  if (!single_w8a8_matrix(layers[0].gate_up, &first, &first_group)) return false;
+  return std::all_of(layers.begin(), layers.end(), [&](const DeviceLayer& l) {
+    kernels::Fp8Matrix gate_up;
+    int32_t group = 0;
+    TokenFp8Input o, down;
+    return single_w8a8_matrix(l.gate_up, &gate_up, &group) && gate_up.block == first.block &&
+           group == first_group && token_fp8_input(l.o, &o) && o.static_scale == nullptr &&
+           token_fp8_input(l.down, &down) && down.static_scale == nullptr;
+  });
+}
+
+// O's and down's quantizes without their pass for the amax: the decode attention's output stores
+// and the gate|up GEMV's epilogue raise it (one atomic a warp and token; the GEMV's CUDA-core
+// form only), so the quantizes only divide.
+bool CudaRunner::takes_fp8_act_amax(int32_t T) const {
+  return fp8_act_amax_capable_ && fp8_act_amax_ >= 1 && T >= 1 && T <= kernels::kFp8GemvMaxTokens;
+}
+
+// Down's from the gate|up GEMV's epilogue too (its CUDA-core form only). At one token that is an
+// atomic for each warp's one output: on one address a token, FP8 7B batch 1 +4.1% on the H100
+// (NOTES.md v61); spread over kernels::kAmaxSpread slots since, not yet measured. So only where
+// asked (2).
+bool CudaRunner::takes_fp8_down_amax(int32_t T) const {
+  if (!takes_fp8_act_amax(T) || fp8_act_amax_ < 2) return false;
+  kernels::Fp8Matrix gate_up;
+  int32_t group = 0;
+  single_w8a8_matrix(weights_.layers[0].gate_up, &gate_up, &group);
+  return kernels::fp8_swiglu_gives_amax(gate_up, T, group);
 }
 
 bool CudaRunner::folds_norms(int32_t T) const {

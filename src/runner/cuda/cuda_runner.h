@@ -100,6 +100,15 @@ class CudaRunner final : public ModelRunner {
   void set_fold_int4_norms(bool on) { fold_int4_norms_ = on; }
   // Whether a forward of this many tokens folds the norms into the int4 GEMVs (run_model's rule).
   bool folds_int4_norms(int32_t num_tokens) const;
+  // Whether W8A8 decode steps take o's and down's input amax from their producers (the decode
+  // attention's stores, the gate|up GEMV's SwiGLU epilogue: kernels::launch_fp8_quantize_amax)
+  // rather than a pass of their own: 0 neither, 1 o's only, 2 both. TANDEM_FP8_ACT_AMAX=0|1|2
+  // sets the default (a measurement switch; 0 unless set). Before the first forward, as
+  // set_overlap_launches.
+  void set_fp8_act_amax(int which) { fp8_act_amax_ = which; }
+  // Whether a forward of this many tokens takes o's (a decode batch) and down's (run_model's rule).
+  bool takes_fp8_act_amax(int32_t num_tokens) const;
+  bool takes_fp8_down_amax(int32_t num_tokens) const;
   cudaStream_t stream() const { return stream_; }
   // Forwards whose lm_head GEMV took the greedy ids itself (ForwardBatch::greedy_next).
   int64_t lm_argmax_forwards() const { return lm_argmax_forwards_; }
@@ -116,10 +125,13 @@ class CudaRunner final : public ModelRunner {
   // One layer's attention over the pages (kernel by batch shape: prefill tiles, split-K decode,
   // or per query head), q_ in, attn_ out.
   // pdl: the decode kernel may overlap the launch before it (kernels/pdl.cuh).
+  // out_amax (a decode batch only): each token's max |attn_| raised into it (fp32 bits).
   void attention(int32_t num_tokens, const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache,
-                 bool pdl = false);
+                 bool pdl = false, uint32_t* out_amax = nullptr);
   // Whether every layer takes the int4 fold's fused forms, and the model is small enough.
   bool int4_fold_layers() const;
+  // fp8_act_amax_capable_'s rule.
+  bool fp8_act_amax_layers() const;
   void linear(const __nv_bfloat16* x, const DeviceLinear& w, int32_t m, void* y, bool pdl = false) {
     run_linear(w, x, m, y, /*out_f32=*/false, linear_scratch_, stream_, pdl);
   }
@@ -149,7 +161,13 @@ class CudaRunner final : public ModelRunner {
   bool int4_fold_capable_ = false;  // int4_fold_layers(), asked once at load
   bool fold_int4_norms_ = true;     // set_fold_int4_norms
   bool fold_norms_ = true;          // set_fold_norms
-  MemoryPlan plan_;                 // set once by make_cuda_runner
+  // Every layer's gate|up, o and down one W8A8 part each, o's and down's activations dynamic
+  // per token,
+  // gate|up's scales alike in every layer, and at least two layers (run_model rotates
+  // act_amax_'s slots by layer); asked once at load.
+  bool fp8_act_amax_capable_ = false;
+  int fp8_act_amax_ = 0;  // set_fp8_act_amax
+  MemoryPlan plan_;       // set once by make_cuda_runner
   // The fewest rows any layer's Linear keeps on its decode kernel (device_linear.h).
   int32_t decode_rows_limit_ = std::numeric_limits<int32_t>::max();
   std::atomic<int64_t> graph_bytes_{0};        // measured at each graph instantiation
@@ -210,6 +228,12 @@ class CudaRunner final : public ModelRunner {
   DeviceBuffer argmax_scratch_;  // kernels::argmax_scratch_bytes(vocab)
   // kernels::kGemvArgmaxScratchBytes: the lm_head GEMV's own argmax (ForwardBatch::greedy_next)
   DeviceBuffer lm_argmax_scratch_;
+  // [layers][2][kFp8GemvMaxTokens][kAmaxTokenWords] u32 (fp32 bits; kernels/amax_bits.cuh):
+  // layer l's o and down input amax, raised by
+  // the decode attention and the gate|up GEMV, read by the quantize, which zeroes layer l - 1's
+  // slots of its kind (l = 0: the last layer's), so every slot is zero before its next producer;
+  // zeroed at load (takes_fp8_act_amax).
+  DeviceBuffer act_amax_;
   // Of the current forward: its lm_head GEMV writes greedy ids into async_ids_dev_ and
   // async_ids_host_[async_next_], the buffers of the sample_async() it promised (which alone
   // moves async_next_, and clears this).
