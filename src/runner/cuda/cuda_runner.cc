@@ -178,7 +178,7 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig& config
     }
   }
   r->fp8_act_amax_capable_ = r->fp8_act_amax_layers();
-  r->fp8_act_amax_ = kernels::env_choice("TANDEM_FP8_ACT_AMAX", {0, 1, 2}, 0);
+  r->fp8_act_amax_ = kernels::env_choice("TANDEM_FP8_ACT_AMAX", {0, 1, 2}, 2);
   if (r->fp8_act_amax_capable_) {
     const size_t slots = r->weights_.layers.size() * 2 * size_t(kernels::kFp8GemvMaxTokens) *
                          size_t(kernels::kAmaxTokenWords);

@@ -102,9 +102,9 @@ class CudaRunner final : public ModelRunner {
   bool folds_int4_norms(int32_t num_tokens) const;
   // Whether W8A8 decode steps take o's and down's input amax from their producers (the decode
   // attention's stores, the gate|up GEMV's SwiGLU epilogue: kernels::launch_fp8_quantize_amax)
-  // rather than a pass of their own: 0 neither, 1 o's only, 2 both. TANDEM_FP8_ACT_AMAX=0|1|2
-  // sets the default (a measurement switch; 0 unless set). Before the first forward, as
-  // set_overlap_launches.
+  // rather than a pass of their own: 0 neither, 1 o's only, 2 both (the default: FP8 7B batch 1
+  // 2.972 ms -> 2.907 on the H100, NOTES.md v62). TANDEM_FP8_ACT_AMAX=0|1|2 overrides it, for
+  // A/B runs. Before the first forward, as set_overlap_launches.
   void set_fp8_act_amax(int which) { fp8_act_amax_ = which; }
   // Whether a forward of this many tokens takes o's (a decode batch) and down's (run_model's rule).
   bool takes_fp8_act_amax(int32_t num_tokens) const;
