@@ -333,12 +333,10 @@ const char* skinny_variant_name(int32_t variant) {
   return variant >= 0 && variant < kVariants ? variants()[variant].name : "?";
 }
 
-bool skinny_swiglu_wins(int32_t m, int32_t k) {
-  // 17-32 rows of a small model's gate|up (k <= kSkinnySwigluWideMaxK) with
-  // TANDEM_SKINNY_SWIGLU32=1: one overlapped launch for cuBLASLt's GEMM and silu_mul (the 7B's lost
-  // there, v16; the 0.5B's is unmeasured). Off by default until an A/B says otherwise.
-  static const bool wide = env_choice("TANDEM_SKINNY_SWIGLU32", {0, 1}, 0) == 1;
-  return m >= 1 && (m <= 16 || (wide && m <= kSkinnyMaxTokens && k <= kSkinnySwigluWideMaxK));
+bool skinny_swiglu_wins(int32_t m) {
+  // Not at 17-32 rows: the 0.5B's gate|up there (batch 24, 32) took 1.02 / 1.06 ms a step against
+  // 0.94 / 0.98 with cuBLASLt and silu_mul (H100, NOTES.md v62).
+  return m >= 1 && m <= 16;
 }
 
 bool skinny_gemm_wins(int32_t m, int32_t n, int32_t /*k*/) {

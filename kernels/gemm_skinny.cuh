@@ -27,11 +27,8 @@ constexpr int32_t kSkinnyMaxTokens = 32;  // four mma column tiles
 // Whether launch_skinny_gemm is measured faster than cuBLASLt for m rows of an [n, k] weight
 // (2-8 rows always; 9-32 while its blocks fit one wave).
 bool skinny_gemm_wins(int32_t m, int32_t n, int32_t k);
-// The same for launch_skinny_swiglu against cuBLASLt and silu_mul (up to 16 rows; 17-32 rows of
-// k <= kSkinnySwigluWideMaxK only with TANDEM_SKINNY_SWIGLU32=1, a measurement switch not yet
-// GPU-run: a small draft's gate|up at batches 17-32, NOTES.md v60).
-constexpr int32_t kSkinnySwigluWideMaxK = 1024;  // a small model's hidden size (Qwen2.5-0.5B: 896)
-bool skinny_swiglu_wins(int32_t m, int32_t k);
+// The same for launch_skinny_swiglu against cuBLASLt and silu_mul (up to 16 rows).
+bool skinny_swiglu_wins(int32_t m);
 
 // Tile and pipeline shapes, for benchmarks/bench_int4_gemv.cc to sweep; -1 picks by m.
 int32_t skinny_variants();

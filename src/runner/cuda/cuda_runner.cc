@@ -710,7 +710,7 @@ void CudaRunner::run_model(int32_t T, int32_t L) {
                                       linear_scratch_.x_scale.as<float>(), gate_up_group,
                                       gate_up_fp8m, T, act_.as<__nv_bfloat16>(), stream_, pdl,
                                       down_amax ? amax_slots(li, 1) : nullptr);
-    } else if (kernels::skinny_swiglu_wins(T, H) && w.gate_up.bf16() != nullptr) {
+    } else if (kernels::skinny_swiglu_wins(T) && w.gate_up.bf16() != nullptr) {
       kernels::launch_skinny_swiglu(normed, w.gate_up.bf16(), T, I, H, act_.as<__nv_bfloat16>(),
                                     stream_, -1, pdl);
     } else {
