@@ -179,12 +179,6 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig& config
   }
   r->fp8_act_amax_capable_ = r->fp8_act_amax_layers();
   r->fp8_act_amax_ = kernels::env_choice("TANDEM_FP8_ACT_AMAX", {0, 1, 2}, 2);
-  if (r->fp8_act_amax_capable_) {
-    const size_t slots = r->weights_.layers.size() * 2 * size_t(kernels::kFp8GemvMaxTokens) *
-                         size_t(kernels::kAmaxTokenWords);
-    r->act_amax_ = DeviceBuffer(slots * 4);
-    TANDEM_CUDA_CHECK(cudaMemset(r->act_amax_.ptr(), 0, r->act_amax_.bytes()));
-  }
   const int64_t free_weights = free_now();
   r->plan_.weights_bytes = free_gemm - free_weights;
   r->plan_.weight_bytes_by_format = r->weights_.bytes_by_format;
@@ -220,6 +214,12 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig& config
   TANDEM_CUDA_CHECK(cudaMemset(r->argmax_scratch_.ptr(), 0, r->argmax_scratch_.bytes()));
   r->lm_argmax_scratch_ = DeviceBuffer(kernels::kGemvArgmaxScratchBytes);
   TANDEM_CUDA_CHECK(cudaMemset(r->lm_argmax_scratch_.ptr(), 0, r->lm_argmax_scratch_.bytes()));
+  if (r->fp8_act_amax_capable_) {  // an activation buffer in the plan (1.8 MB for Qwen2.5-7B)
+    const size_t slots = r->weights_.layers.size() * 2 * size_t(kernels::kFp8GemvMaxTokens) *
+                         size_t(kernels::kAmaxTokenWords);
+    r->act_amax_ = DeviceBuffer(slots * 4);
+    TANDEM_CUDA_CHECK(cudaMemset(r->act_amax_.ptr(), 0, r->act_amax_.bytes()));
+  }
   r->greedy_ids_ = PinnedBuffer(size_t(L * 4), /*mapped=*/true);
   r->async_ids_dev_ = DeviceBuffer(size_t(L * 4));
   r->async_stage_dev_ = DeviceBuffer(size_t(L * 4));
@@ -906,8 +906,7 @@ bool CudaRunner::takes_fp8_act_amax(int32_t T) const {
 
 // Down's from the gate|up GEMV's epilogue too (its CUDA-core form only). At one token that is an
 // atomic for each warp's one output: on one address a token, FP8 7B batch 1 +4.1% on the H100
-// (NOTES.md v61); spread over kernels::kAmaxSpread slots since, not yet measured. So only where
-// asked (2).
+// (NOTES.md v61); spread over kernels::kAmaxSpread slots, -2.2% with o's (v62).
 bool CudaRunner::takes_fp8_down_amax(int32_t T) const {
   if (!takes_fp8_act_amax(T) || fp8_act_amax_ < 2) return false;
   kernels::Fp8Matrix gate_up;

@@ -161,9 +161,8 @@ class CudaRunner final : public ModelRunner {
   bool int4_fold_capable_ = false;  // int4_fold_layers(), asked once at load
   bool fold_int4_norms_ = true;     // set_fold_int4_norms
   bool fold_norms_ = true;          // set_fold_norms
-  // Every layer's gate|up, o and down one W8A8 part each, o's and down's activations dynamic
-  // per token,
-  // gate|up's scales alike in every layer, and at least two layers (run_model rotates
+  // Every layer's gate|up, o and down one W8A8 part each, o's and down's activations dynamic per
+  // token, gate|up's scales alike in every layer, and at least two layers (run_model rotates
   // act_amax_'s slots by layer); asked once at load.
   bool fp8_act_amax_capable_ = false;
   int fp8_act_amax_ = 0;  // set_fp8_act_amax
@@ -229,10 +228,9 @@ class CudaRunner final : public ModelRunner {
   // kernels::kGemvArgmaxScratchBytes: the lm_head GEMV's own argmax (ForwardBatch::greedy_next)
   DeviceBuffer lm_argmax_scratch_;
   // [layers][2][kFp8GemvMaxTokens][kAmaxTokenWords] u32 (fp32 bits; kernels/amax_bits.cuh):
-  // layer l's o and down input amax, raised by
-  // the decode attention and the gate|up GEMV, read by the quantize, which zeroes layer l - 1's
-  // slots of its kind (l = 0: the last layer's), so every slot is zero before its next producer;
-  // zeroed at load (takes_fp8_act_amax).
+  // layer l's o and down input amax, raised by the decode attention and the gate|up GEMV, read
+  // by the quantize, which zeroes layer l - 1's slots of its kind (l = 0: the last layer's), so
+  // every slot is zero before its next producer; zeroed at load (takes_fp8_act_amax).
   DeviceBuffer act_amax_;
   // Of the current forward: its lm_head GEMV writes greedy ids into async_ids_dev_ and
   // async_ids_host_[async_next_], the buffers of the sample_async() it promised (which alone
