@@ -463,7 +463,7 @@ __global__ void __launch_bounds__(32 * kDecodeMaxWarps) decode_attention_tc_kern
     if (splits == 1) {  // nothing left to merge: the output itself
       const __nv_bfloat16 v = __float2bfloat16(ob / lb);
       out[(int64_t(t) * s.num_heads + h) * D + d] = v;
-      most = max(most, abs_bits(__bfloat162float(v)));
+      if (out_amax != nullptr) most = max(most, abs_bits(__bfloat162float(v)));
     } else {
       float* part = partials + ((int64_t(t) * s.num_heads + h) * splits + split) * (D + 2);
       part[d] = ob;
@@ -618,7 +618,7 @@ __global__ void combine_kernel(const float* __restrict__ partials, int D, int nu
     for (int i = 0; i < splits; ++i) o += base[i * (D + 2) + d] * scale_s[i];
     const __nv_bfloat16 v = __float2bfloat16(o / total_s);
     out[(int64_t(t) * num_heads + h) * D + d] = v;
-    most = max(most, abs_bits(__bfloat162float(v)));
+    if (out_amax != nullptr) most = max(most, abs_bits(__bfloat162float(v)));
   }
   if (out_amax != nullptr) {  // whole warps: D rounded up to 32
     raise_amax(out_amax + t * kAmaxTokenWords, most, h * (blockDim.x >> 5) + (threadIdx.x >> 5));

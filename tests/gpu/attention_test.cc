@@ -168,6 +168,8 @@ void run_case(const Case& c) {
       CHECK(rel_error(dout1, oref) < 1e-2);
       const auto dout2 = run_decode(false);
       CHECK(same_bits(dout1.data(), dout2.data(), dout1.size() * 4));
+      int major = 0;  // overlapped launches from sm_90 (pdl.cuh)
+      TANDEM_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
       // Each token's max |out| raised into zeroed slots (for the FP8 quantize of o's input), by
       // the kernel's own stores or the combine's: the same outputs, either merge, overlapped too.
       {
@@ -180,10 +182,8 @@ void run_case(const Case& c) {
             most[size_t(t)] = std::max(most[size_t(t)], bits);
           }
         Dev<uint32_t> amax{size_t(T) * kernels::kAmaxTokenWords};
-        int cc_major = 0;
-        TANDEM_CUDA_CHECK(cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, 0));
         for (bool pdl : {false, true}) {
-          if (pdl && cc_major < 9) continue;
+          if (pdl && major < 9) continue;
           for (bool warp_merge : {true, false}) {
             CAPTURE(pdl);
             CAPTURE(warp_merge);
@@ -207,8 +207,6 @@ void run_case(const Case& c) {
       // a verify's; longer ones count every key as this step's). Until 2-16 were taken apart,
       // the early kernel read a longer chunk's own keys before the wait and raced rope_kv's
       // writes (once in two H200 runs), so it ran at one query a sequence only.
-      int major = 0;
-      TANDEM_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
       if (major >= 9) {
         const auto early = run_decode(true);
         CHECK(same_bits(dout1.data(), early.data(), dout1.size() * 4));
