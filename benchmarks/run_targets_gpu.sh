@@ -62,5 +62,8 @@ if [ "${SPEC:-1}" != 0 ]; then
 fi
 python3 "$(dirname "$0")/targets.py" "$OUT" | tee "$OUT/targets.txt"
 if [ -n "${TAR:-}" ]; then
-  tar cJf "$TAR" -C "$(dirname "$OUT")" "$(basename "$OUT")"
+  # Packed beside, then moved: a TAR inside $OUT (session 77's s101.sh set OUT and TAR in one
+  # prefix, so its $OUT/targets.tar.xz meant the scratch folder) would be read while written.
+  packed=$(mktemp /tmp/targets.XXXXXX.tar.xz)
+  tar cJf "$packed" -C "$(dirname "$OUT")" "$(basename "$OUT")" && mv "$packed" "$TAR"
 fi
