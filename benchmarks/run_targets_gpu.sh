@@ -62,8 +62,8 @@ if [ "${SPEC:-1}" != 0 ]; then
 fi
 python3 "$(dirname "$0")/targets.py" "$OUT" | tee "$OUT/targets.txt"
 if [ -n "${TAR:-}" ]; then
-  # Packed beside, then moved: a TAR inside $OUT (session 77's s101.sh set OUT and TAR in one
-  # prefix, so its $OUT/targets.tar.xz meant the scratch folder) would be read while written.
+  # Packed beside $OUT, then moved: a TAR inside $OUT would be read while it is written (and the
+  # caller's folder would get no archive; NOTES.md v63).
   packed=$(mktemp /tmp/targets.XXXXXX.tar.xz)
   tar cJf "$packed" -C "$(dirname "$OUT")" "$(basename "$OUT")" && mv "$packed" "$TAR"
 fi
