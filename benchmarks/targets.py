@@ -4,8 +4,8 @@
   python3 benchmarks/targets.py OUT_DIR      # prints the table, writes OUT_DIR/targets.json
 
 Each case's figure is the median over its runs (<case>.<rep>.log, the last JSON line of each);
-the speculative rows come from run_spec_gpu.sh's spec_D*.json in OUT_DIR/spec. A case with no
-run reads "missing", never "met".
+the speculative rows come from run_spec_gpu.sh's spec_D*.json in OUT_DIR/spec (128-token runs)
+and OUT_DIR/spec_long (batch 1, 512 tokens). A case with no run reads "missing", never "met".
 """
 import glob
 import json
@@ -62,12 +62,12 @@ VERIFY_FLOOR_MS = 3.35
 STEP_TARGET = 1.15
 
 
-def spec_rows(out):
-    """#5: batch 1 at token acceptance >= 0.75 (adaptive) >= 2.2x; batch 64 never below 1.0x; a
-    speculative step at batch 1 and a fixed k within STEP_TARGET x its floors."""
+def spec_runs(folder):
+    """The spec_D*.json runs in `folder`: (token acceptance, speed-up, file) of each adaptive run
+    by batch size, and (step / its floors, k, file) of batch 1's fixed-k runs."""
     by_batch = {}
-    steps = []  # (step / its floor, k, file) of batch 1's fixed-k runs
-    for path in sorted(glob.glob(os.path.join(out, "spec", "spec_D*.json"))):
+    steps = []
+    for path in sorted(glob.glob(os.path.join(folder, "spec_D*.json"))):
         j = last_json(path)
         for b in (j or {}).get("results", []):
             for s in b.get("spec", []):
@@ -79,6 +79,26 @@ def spec_rows(out):
                     k = s.get("mean_k", s["k"])
                     floor = k * DRAFT_FLOOR_MS + VERIFY_FLOOR_MS
                     steps.append((s["step_ms"] / floor, s["k"], os.path.basename(path)))
+    return by_batch, steps
+
+
+def high_acceptance_row(case, what, runs):
+    """#5's 2.2x at batch 1: the adaptive run with the lowest acceptance that is still >= 0.75."""
+    high = [r for r in runs if r[0] >= 0.75]
+    worst_high = min(high) if high else None
+    return {"issue": 5, "case": case, "unit": "x", "what": what, "metric": "speedup",
+            "target": 2.2, "sense": "min", "runs": [list(r) for r in high],
+            "median": worst_high[1] if worst_high else None,
+            "met": None if worst_high is None else worst_high[1] >= 2.2}
+
+
+def spec_rows(out):
+    """#5: batch 1 at token acceptance >= 0.75 (adaptive) >= 2.2x, in 128-token runs and in
+    512-token ones (where a run's graph captures and measured plain steps weigh less, and its
+    acceptance averages more of the stream); batch 64 never below 1.0x; a speculative step at
+    batch 1 and a fixed k within STEP_TARGET x its floors."""
+    by_batch, steps = spec_runs(os.path.join(out, "spec"))
+    long_by_batch, _ = spec_runs(os.path.join(out, "spec_long"))
     rows = []
     worst_step = max(steps) if steps else None
     rows.append({"issue": 5, "case": "spec_step_b1", "unit": "x floor",
@@ -88,14 +108,12 @@ def spec_rows(out):
                  "runs": [list(r) for r in steps],
                  "median": worst_step[0] if worst_step else None,
                  "met": None if worst_step is None else worst_step[0] <= STEP_TARGET})
-    high = [r for r in by_batch.get(1, []) if r[0] >= 0.75]
-    worst_high = min(high) if high else None  # the lowest acceptance that is still >= 0.75
-    rows.append({"issue": 5, "case": "spec_b1", "unit": "x",
-                 "what": "spec pair, batch 1, adaptive, acceptance >= 0.75 (its lowest run)",
-                 "metric": "speedup", "target": 2.2, "sense": "min",
-                 "runs": [list(r) for r in high],
-                 "median": worst_high[1] if worst_high else None,
-                 "met": None if worst_high is None else worst_high[1] >= 2.2})
+    rows.append(high_acceptance_row(
+        "spec_b1", "spec pair, batch 1, adaptive, acceptance >= 0.75 (its lowest run)",
+        by_batch.get(1, [])))
+    rows.append(high_acceptance_row(
+        "spec_b1_long", "spec pair, batch 1, 512 tokens, adaptive, acceptance >= 0.75 (lowest)",
+        long_by_batch.get(1, [])))
     b64 = by_batch.get(64, [])
     slowest = min(b64, key=lambda r: r[1]) if b64 else None
     rows.append({"issue": 5, "case": "spec_b64", "unit": "x",

@@ -48,6 +48,16 @@ def main():
             {"mode": "fixed", "k": 8, "step_ms": 90.0, "token_acceptance": 0.9, "speedup": 0.5},
             {"mode": "adaptive", "token_acceptance": 0.5, "speedup": 0.97}]}]}
     write(f"{out}/spec/spec_D0.25.json", json.dumps(spec) + "\n")
+    # The 512-token runs have a row of their own: the lowest acceptance >= 0.75 decides there too,
+    # whatever the 128-token runs gave, and a fixed k's speed-up is not counted.
+    long_runs = {"results": [{"batch_size": 1, "spec": [
+        {"mode": "fixed", "k": 5, "mean_k": 5.0, "step_ms": 7.5, "token_acceptance": 0.78,
+         "speedup": 2.27},
+        {"mode": "adaptive", "token_acceptance": 0.771, "speedup": 2.18}]}]}
+    write(f"{out}/spec_long/spec_D0.20.json", json.dumps(long_runs) + "\n")
+    write(f"{out}/spec_long/spec_D0.17.json", json.dumps({"results": [{"batch_size": 1, "spec": [
+        {"mode": "adaptive", "token_acceptance": 0.803, "speedup": 2.37},
+        {"mode": "adaptive", "token_acceptance": 0.70, "speedup": 1.9}]}]}) + "\n")
 
     rows = {r["case"]: r for r in targets.latency_rows(out) + targets.spec_rows(out)}
     failures = []
@@ -66,6 +76,15 @@ def main():
     expect("awq_q7b_b1", None, None)
     expect("spec_b1", 2.0, False)          # the fixed k's 2.5 and the 0.5 run are not counted
     expect("spec_b64", 0.97, False)        # the slowest run decides
+    expect("spec_b1_long", 2.18, False)    # 0.771's run, not 0.803's or 0.70's
+    if len(rows["spec_b1_long"]["runs"]) != 2:
+        failures.append(f"spec_b1_long runs {rows['spec_b1_long']['runs']}")
+    # Without a spec_long folder the row is missing, never met.
+    bare = tempfile.mkdtemp()
+    write(f"{bare}/spec/spec_D0.25.json", json.dumps(spec) + "\n")
+    long_row = {r["case"]: r for r in targets.spec_rows(bare)}["spec_b1_long"]
+    if long_row["median"] is not None or long_row["met"] is not None:
+        failures.append(f"spec_b1_long without runs: {long_row}")
     # k = 4 drafted 3.5 a step: 5.0 / (3.5 x 0.24 + 3.35) = 1.193 is the worst. Its nominal k would
     # read 5.0 / 4.31 = 1.160, below k = 2's 4.5 / 3.83 = 1.175; batch 64's 90 ms is not counted.
     want_step = max(4.5 / (2 * 0.24 + 3.35), 5.0 / (3.5 * 0.24 + 3.35))
