@@ -236,6 +236,7 @@ SpecRun run_spec(ModelRunner& target, ModelRunner& draft, PagePool& target_pool,
   }
   run.k = config.fixed_k > 0 ? config.fixed_k : config.draft_max;
   run.mode = config.fixed_k > 0 ? "fixed" : "adaptive";
+  run.k_tie = config.k_tie;
   const double steps = double(std::max<int64_t>(1, run.steps));
   run.draft_step_ms = rounds ? draft_ms / double(rounds) : 0.0;
   run.verify_ms = verify_ms / steps;
@@ -265,6 +266,15 @@ Result<std::vector<SpecBatchResult>> run_spec_bench(ModelRunner& target, ModelRu
   }
   std::sort(o.ks.begin(), o.ks.end());
   if (o.ks.front() < 1) return make_error(ErrorCode::kInvalidArgument, "bench spec: k >= 1");
+  for (const double tie : o.k_ties) {
+    if (!(tie >= 0 && tie < 1)) {  // NaN too
+      return make_error(ErrorCode::kInvalidArgument,
+                        "bench spec: --k-ties " + std::to_string(tie) + ": each in [0, 1)");
+    }
+  }
+  if (o.k_ties.empty()) {
+    return make_error(ErrorCode::kInvalidArgument, "bench spec: --k-ties needs a value");
+  }
   if (target.page_size() != draft.page_size()) {
     return make_error(ErrorCode::kInvalidArgument, "bench spec: page sizes differ");
   }
@@ -299,13 +309,16 @@ Result<std::vector<SpecBatchResult>> run_spec_bench(ModelRunner& target, ModelRu
       c.async_rounds = o.async_decode;
       configs.push_back(c);
     }
-    SpecConfig adaptive;
-    adaptive.draft_min = 1;
-    adaptive.draft_max = o.ks.back();
-    adaptive.max_batch = o.spec_max_batch;
-    adaptive.max_forward_tokens = o.max_forward_tokens;
-    adaptive.async_rounds = o.async_decode;
-    configs.push_back(adaptive);
+    for (const double tie : o.k_ties) {
+      SpecConfig adaptive;
+      adaptive.draft_min = 1;
+      adaptive.draft_max = o.ks.back();
+      adaptive.max_batch = o.spec_max_batch;
+      adaptive.max_forward_tokens = o.max_forward_tokens;
+      adaptive.async_rounds = o.async_decode;
+      adaptive.k_tie = tie;
+      configs.push_back(adaptive);
+    }
     for (const SpecConfig& c : configs) {
       // The CUDA runner captures a graph the first time it meets a shape, and a run meets new
       // ones after its first step: the adaptive run's k values the fixed runs did not take (3,
@@ -362,6 +375,7 @@ std::string spec_bench_json(const SpecBenchOptions& o, const std::vector<SpecBat
       b["spec"].push_back(
           {{"mode", s.mode},
            {"k", s.k},
+           {"k_tie", s.k_tie},
            {"steps", s.steps},
            {"plain_steps", s.plain_steps},
            {"draft_step_ms", s.draft_step_ms},

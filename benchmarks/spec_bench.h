@@ -21,7 +21,10 @@ struct SpecBenchOptions {
   std::vector<int32_t> batch_sizes = {1, 4, 16, 64};
   std::vector<int32_t> ks = {1, 2, 4, 8};  // fixed draft lengths; the adaptive run uses max(ks)
   int32_t spec_max_batch = 32;             // the adaptive policy's --spec-max-batch
-  int32_t valid_vocab = 0;                 // ids both models sample over
+  // An adaptive run for each (SpecConfig::k_tie), in one process: the A/B of the policy's
+  // choice between near-equal k meets the same warm graphs and the same plain runs.
+  std::vector<double> k_ties = {0.0};
+  int32_t valid_vocab = 0;  // ids both models sample over
   int32_t draft_vocab = 0;  // of them, those the draft scores (the engines' --draft-vocab; 0 = all)
   int32_t max_forward_tokens = 0;  // the runners' max_batch_tokens (0: no limit)
   // 0: greedy (every speculative run must reproduce the plain run's tokens). > 0: sampled at
@@ -37,6 +40,7 @@ struct SpecBenchOptions {
 struct SpecRun {
   std::string mode;  // "fixed" or "adaptive"
   int32_t k = 0;     // fixed: k; adaptive: draft_max
+  double k_tie = 0;  // adaptive: SpecConfig::k_tie
   int64_t steps = 0;
   int64_t plain_steps = 0;      // steps without drafts (adaptive: the policy's or the gate's)
   double draft_step_ms = 0;     // one draft forward of the batch (mean)

@@ -38,6 +38,10 @@ void register_bench_spec(CLI::App* bench, int& exit_code) {
       ->delimiter(',');
   cmd->add_option("--spec-max-batch", f->opts.spec_max_batch, "The adaptive run's limit")
       ->capture_default_str();
+  cmd->add_option("--k-ties", f->opts.k_ties,
+                  "An adaptive run for each: the smallest k within this fraction of the best "
+                  "k's modelled gain, e.g. 0,0.01 (default 0: the best k)")
+      ->delimiter(',');
   cmd->add_option("--draft-vocab", f->opts.draft_vocab,
                   "The draft scores and proposes only ids below this (0 = all)")
       ->capture_default_str();

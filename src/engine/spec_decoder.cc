@@ -88,15 +88,9 @@ int32_t DraftLengthPolicy::choose(const Sequence& seq, int32_t batch_size, bool 
   // A seeded sampled sequence's tokens depend on its k (each k consumes its own draws), so its
   // k must not depend on timings: it takes the fixed ratio.
   const double cost_ratio = reproducible(seq) ? kFixedCostRatio : cost_ratio_;
-  int32_t best_k = 0;
-  double best = 1.0;
-  for (int32_t k = std::max(1, config_.draft_min); k <= config_.draft_max; ++k) {
-    const double gain = expected_tokens(seq.spec_acceptance, k) / (1.0 + k * cost_ratio);
-    if (gain > best) {
-      best = gain;
-      best_k = k;
-    }
-  }
+  const int32_t best_k = pick_k(1.0, [&](int32_t k) {
+    return expected_tokens(seq.spec_acceptance, k) / (1.0 + k * cost_ratio);
+  });
   // Off for this sequence: on the batch's probe steps it proposes draft_min, so acceptance that
   // recovers (the text became predictable) is noticed.
   if (best_k == 0 && probe) return std::max(1, config_.draft_min);
@@ -118,16 +112,11 @@ void DraftLengthPolicy::share_k(std::span<Sequence* const> seqs, std::span<int32
   }
   if (shared.empty()) return;
   if (shared.size() >= 2) {  // one sequence: its own choice is the batch's
-    double best = 0;
-    for (int32_t k = std::max(1, config_.draft_min); k <= config_.draft_max; ++k) {
+    shared_k = pick_k(0.0, [&](int32_t k) {
       double tokens = 0;
       for (const double a : shared) tokens += expected_tokens(a, k);
-      const double gain = tokens / (1.0 + k * cost_ratio_);
-      if (gain > best) {
-        best = gain;
-        shared_k = k;
-      }
-    }
+      return tokens / (1.0 + k * cost_ratio_);
+    });
   }
   // A probe step speculates whatever the costs: the acceptance estimates of sequences that
   // stay plain never move, and only a probe shows that they recovered.
@@ -135,6 +124,26 @@ void DraftLengthPolicy::share_k(std::span<Sequence* const> seqs, std::span<int32
   for (size_t i = 0; i < seqs.size(); ++i) {
     if (ks[i] > 0 && !reproducible(*seqs[i])) ks[i] = shared_k;
   }
+}
+
+int32_t DraftLengthPolicy::pick_k(double floor, const std::function<double(int32_t)>& gain) const {
+  const int32_t lo = std::max(1, config_.draft_min);
+  std::vector<double> gains;  // gains[k - lo]
+  for (int32_t k = lo; k <= config_.draft_max; ++k) gains.push_back(gain(k));
+  int32_t best_k = 0;
+  double best = floor;
+  for (int32_t k = lo; k <= config_.draft_max; ++k) {
+    if (gains[size_t(k - lo)] > best) {
+      best = gains[size_t(k - lo)];
+      best_k = k;
+    }
+  }
+  if (best_k == 0 || config_.k_tie <= 0) return best_k;
+  for (int32_t k = lo; k < best_k; ++k) {
+    const double g = gains[size_t(k - lo)];
+    if (g > floor && g >= best * (1.0 - config_.k_tie)) return k;
+  }
+  return best_k;
 }
 
 bool DraftLengthPolicy::speculation_pays(std::span<const double> shared, int32_t k,

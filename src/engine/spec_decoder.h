@@ -37,6 +37,10 @@ struct SpecConfig {
   int32_t max_forward_tokens = 0;
   int32_t max_model_len = 0;  // no verified position may reach past it; 0 = no limit
   int32_t fixed_k = 0;        // benchmarks: always propose this many (0 = the adaptive policy)
+  // The adaptive policy takes the smallest k whose modelled gain is within this fraction of the
+  // best k's (0: the best k). For A/B runs (`bench spec --k-ties`): the model leaves out that
+  // the verify pass grows with k, and its gain is flat over k = 5-7 at ~0.8 (NOTES.md v64).
+  double k_tie = 0;
   // --async-decode: an all-greedy batch launches each draft round before reading the last
   // one's ids (their tokens fed on the device).
   bool async_rounds = true;
@@ -131,6 +135,10 @@ class DraftLengthPolicy {
   static constexpr double kFixedCostRatio = 0.1;
 
  private:
+  // The k in [max(1, draft_min), draft_max] with the largest gain(k) above `floor`, or 0 where
+  // none is above it; with SpecConfig::k_tie, the smallest k whose gain is above the floor and
+  // within k_tie of that largest one.
+  int32_t pick_k(double floor, const std::function<double(int32_t)>& gain) const;
   // Whether the sharing sequences' step with k (acceptances `shared`, in a batch of `batch`)
   // emits more than plain steps would in its time (share_k).
   bool speculation_pays(std::span<const double> shared, int32_t k, size_t batch) const;

@@ -159,6 +159,26 @@ class BenchSpecTest(unittest.TestCase):
                 self.assertEqual(s["timed_captures"], 0)
 
 
+    def test_bench_spec_runs_an_adaptive_run_for_each_k_tie(self):
+        target = pattern_model("target", 0, seed=1)
+        draft = pattern_model("draft_0.25", 0.25, seed=2)
+        r = bench(target, draft, "--batch-sizes", "1", "--ks", "2,8", "--output-len", 16,
+                  "--k-ties", "0,0.05")
+        runs = r["results"][0]["spec"]
+        self.assertEqual([(s["mode"], s["k"], s["k_tie"]) for s in runs],
+                         [("fixed", 2, 0), ("fixed", 8, 0), ("adaptive", 8, 0),
+                          ("adaptive", 8, 0.05)])
+        for s in runs:
+            self.assertTrue(s["outputs_match"], s)  # greedy: the policy moves k, not the tokens
+        # Outside [0, 1): refused, naming the flag.
+        for tie in ("1", "-0.1"):
+            p = subprocess.run([TANDEM, "bench", "spec", "--model", target, "--draft", draft,
+                                "--device", "cpu", "--threads", "1", "--input-len", "8",
+                                "--output-len", "8", "--batch-sizes", "1", "--ks", "2",
+                                "--k-ties", tie], capture_output=True, text=True, timeout=600)
+            self.assertNotEqual(p.returncode, 0)
+            self.assertIn("--k-ties", p.stderr)
+
     def test_bench_spec_async_decode_on_and_off_give_the_same_tokens(self):
         # On (the default): plain steps and greedy draft rounds launched before the last one's
         # ids are read, as the engines run them; off: synchronous. Every run's tokens equal the

@@ -82,6 +82,47 @@ TEST_CASE("draft length: long drafts at high acceptance, none where drafts fail"
   CHECK(policy.choose(seq, config.max_batch + 1) == 0);
 }
 
+TEST_CASE("draft length: k_tie takes the smallest k within its fraction of the best gain") {
+  // c = 0.1 (the policy's starting ratio). At a = 0.81 the gain E(a, k) / (1 + k c) is 2.449 at
+  // k = 4, 2.518 at 5, 2.537 at 6 (the best), 2.522 at 7 and 2.485 at 8.
+  SpecConfig config;
+  config.draft_max = 8;
+  Sequence seq;
+  seq.spec_acceptance = 0.81;
+  CHECK(DraftLengthPolicy(config).choose(seq, 1) == 6);
+  config.k_tie = 0.01;  // 2.518 >= 2.537 x 0.99 = 2.512; k = 4's 2.449 is not
+  CHECK(DraftLengthPolicy(config).choose(seq, 1) == 5);
+  config.k_tie = 0.005;  // 2.518 < 2.524
+  CHECK(DraftLengthPolicy(config).choose(seq, 1) == 6);
+  // At a = 0.9 k = 8 leads by more than 1% (3.403 against 3.350 at k = 7): it stays.
+  config.k_tie = 0.01;
+  seq.spec_acceptance = 0.9;
+  CHECK(DraftLengthPolicy(config).choose(seq, 1) == 8);
+  // A tie never brings back a k that does not beat plain decoding: at a = 0.05 every gain is
+  // below 1 (0.955 at k = 1) and the sequence stays plain, whatever the fraction.
+  config.k_tie = 0.5;
+  seq.spec_acceptance = 0.05;
+  CHECK(DraftLengthPolicy(config).choose(seq, 1) == 0);
+  // draft_min bounds it from below.
+  config.k_tie = 0.01;
+  config.draft_min = 6;
+  seq.spec_acceptance = 0.81;
+  CHECK(DraftLengthPolicy(config).choose(seq, 1) == 6);
+  // The batch's shared k takes it too: two sequences at 0.81 share 5, not 6.
+  config.draft_min = 1;
+  Sequence other;
+  other.spec_acceptance = 0.81;
+  std::vector<Sequence*> batch{&seq, &other};
+  for (const double tie : {0.0, 0.01}) {
+    config.k_tie = tie;
+    DraftLengthPolicy policy(config);
+    std::vector<int32_t> ks{policy.choose(seq, 2), policy.choose(other, 2)};
+    policy.share_k(batch, ks);
+    CAPTURE(tie);
+    CHECK(ks == std::vector<int32_t>(2, tie > 0 ? 5 : 6));
+  }
+}
+
 TEST_CASE("draft length: sequences whose drafts are off probe on the batch's probe steps only") {
   // Each probe costs the batch a draft round and a catch-up; sequences that arrived at
   // different times must not take turns at it (SpecDecoder passes one schedule for all).
