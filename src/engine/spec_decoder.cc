@@ -128,19 +128,20 @@ void DraftLengthPolicy::share_k(std::span<Sequence* const> seqs, std::span<int32
 
 int32_t DraftLengthPolicy::pick_k(double floor, const std::function<double(int32_t)>& gain) const {
   const int32_t lo = std::max(1, config_.draft_min);
-  std::vector<double> gains;  // gains[k - lo]
-  for (int32_t k = lo; k <= config_.draft_max; ++k) gains.push_back(gain(k));
   int32_t best_k = 0;
   double best = floor;
   for (int32_t k = lo; k <= config_.draft_max; ++k) {
-    if (gains[size_t(k - lo)] > best) {
-      best = gains[size_t(k - lo)];
+    const double g = gain(k);
+    if (g > best) {
+      best = g;
       best_k = k;
     }
   }
   if (best_k == 0 || config_.k_tie <= 0) return best_k;
+  // Only with a tie (A/B runs) are the gains below the best k evaluated again: the default
+  // path, run for every sequence each step, stays one pass without a buffer.
   for (int32_t k = lo; k < best_k; ++k) {
-    const double g = gains[size_t(k - lo)];
+    const double g = gain(k);
     if (g > floor && g >= best * (1.0 - config_.k_tie)) return k;
   }
   return best_k;
